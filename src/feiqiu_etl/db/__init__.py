@@ -1,0 +1,1 @@
+"""PostgreSQL access: embedded server management, DSN resolution and schema DDL."""

@@ -1,0 +1,62 @@
+"""Shared fixtures.
+
+* ``pg_server_dsn`` (session): admin DSN of one embedded PostgreSQL per test session, or ``$TEST_DB_DSN``.
+* ``pg_dsn`` (function): DSN of a fresh, empty database for one test (dropped afterwards).
+* Hypothesis profile ``ci``: 100 examples per property, no deadline (threads make timing noisy).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn():
+    external = os.environ.get("TEST_DB_DSN")
+    if external:
+        yield external
+        return
+    from feiqiu_etl.db.embedded import EmbeddedPostgres
+
+    home = Path(tempfile.mkdtemp(prefix="feiqiu-test-pg-"))
+    server = EmbeddedPostgres(home / "pgdata").start()
+    try:
+        yield server.dsn("postgres")
+    finally:
+        server.stop()
+
+
+def _with_database(dsn: str, database: str) -> str:
+    import psycopg.conninfo as ci
+
+    params = ci.conninfo_to_dict(dsn)
+    params["dbname"] = database
+    return ci.make_conninfo(**params)
+
+
+@pytest.fixture
+def pg_dsn(pg_server_dsn):
+    from feiqiu_etl.db.embedded import create_database
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    create_database(pg_server_dsn, name)
+    yield _with_database(pg_server_dsn, name)
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
