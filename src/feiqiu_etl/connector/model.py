@@ -1,0 +1,314 @@
+"""Schema and loader for connector YAML files (the Feiqiu connector is ``feiqiu.yaml`` beside this file).
+
+The file is validated with pydantic; any error is reported as one line naming the file, the task and the
+field (``ConnectorError``). Loading turns task entries into :class:`~feiqiu_etl.tasks.ods.spec.OdsTaskSpec`.
+This module never performs network or database I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from feiqiu_etl.tasks.ods.spec import DetailSpec, KeyColumn, OdsTaskSpec
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,62}$")
+_QUALIFIED = re.compile(r"^[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}$")
+
+
+class ConnectorError(ValueError):
+    """A connector file is missing, unreadable or invalid; ``str()`` is a one-line message."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KeyModel(_Strict):
+    field: str = Field(min_length=1)
+    column: str
+    type: Literal["bigint", "text", "integer"]
+
+    @field_validator("column")
+    @classmethod
+    def _column_ident(cls, v: str) -> str:
+        if not _IDENT.match(v):
+            raise ValueError(f"not a lower-case SQL identifier: {v!r}")
+        return v
+
+    def to_key(self) -> KeyColumn:
+        return KeyColumn(self.field, self.column, self.type)
+
+
+class EnvelopeModel(_Strict):
+    code_field: str = "code"
+    ok_code: int = 0
+    message_field: str = "msg"
+    data_field: str = "data"
+
+
+class PaginationModel(_Strict):
+    page_param: str = "page"
+    limit_param: str = "limit"
+    first_page: int = 1
+    max_limit: int = Field(200, ge=1)
+    max_pages: int = Field(5000, ge=1)
+
+
+class WindowModel(_Strict):
+    start_param: str = "startTime"
+    end_param: str = "endTime"
+    format: str = "%Y-%m-%d %H:%M:%S"
+    timezone: str = "Asia/Shanghai"
+    max_days: float = Field(31, gt=0)
+
+
+class ErrorsModel(_Strict):
+    retry: list[int] = [42901, 42902, 50001]
+    retry_after_field: str = "retryAfter"
+    abort_run: list[int] = [40101]
+    abort_site: list[int] = [40103]
+    not_found: list[int] = [40401]
+
+
+class ApiModel(_Strict):
+    auth: Literal["bearer"] = "bearer"
+    site_param: str = "siteId"
+    envelope: EnvelopeModel = EnvelopeModel()
+    pagination: PaginationModel = PaginationModel()
+    window: WindowModel = WindowModel()
+    errors: ErrorsModel = ErrorsModel()
+    timeout_seconds: float = Field(30.0, gt=0)
+    groups: dict[str, list[str]] = {}
+
+
+class DetailModel(_Strict):
+    endpoint: str = Field(pattern=r"^/")
+    params: dict[str, str] = Field(description="request body key -> list-record field (copied unchanged)")
+    id_column: str
+    target_table: str
+    data_path: list[str] = ["data"]
+    list_key: str
+    keys: list[KeyModel] = Field(min_length=1)
+    parent: KeyModel
+
+    @field_validator("target_table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        if not _QUALIFIED.match(v):
+            raise ValueError(f"must be 'schema.table' in lower case, got {v!r}")
+        return v
+
+
+_PIPELINE_KEYS = {"workers", "queue_size", "batch_size", "batch_timeout", "rate_min", "rate_max",
+                  "max_consecutive_failures"}
+
+
+class TaskModel(_Strict):
+    code: str
+    endpoint: str = Field(pattern=r"^/")
+    kind: Literal["snapshot", "windowed"]
+    table: str | None = None
+    keys: list[KeyModel] = Field(min_length=1)
+    data_path: list[str] = ["data"]
+    list_key: str = "list"
+    window_field: str | None = None
+    window_column: str | None = None
+    page_size: int = Field(200, ge=1)
+    pipeline: dict[str, float | int] = {}
+    detail: DetailModel | None = None
+    description: str = ""
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, v: str) -> str:
+        if not _CODE.match(v):
+            raise ValueError(f"task code must be UPPER_SNAKE_CASE, got {v!r}")
+        return v
+
+    @field_validator("table", "window_column")
+    @classmethod
+    def _idents(cls, v: str | None, info) -> str | None:
+        if v is None:
+            return v
+        pattern = _QUALIFIED if info.field_name == "table" else _IDENT
+        if not pattern.match(v):
+            raise ValueError(f"not a valid lower-case SQL name: {v!r}")
+        return v
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline_keys(cls, v: dict) -> dict:
+        unknown = set(v) - _PIPELINE_KEYS
+        if unknown:
+            raise ValueError(f"unknown pipeline key(s) {sorted(unknown)}; allowed: {sorted(_PIPELINE_KEYS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _window(self) -> "TaskModel":
+        if self.kind == "windowed" and not self.window_field:
+            raise ValueError("a windowed task needs window_field")
+        if self.kind == "snapshot" and self.window_field:
+            raise ValueError("a snapshot task must not have window_field")
+        return self
+
+
+class ConnectorModel(_Strict):
+    name: str
+    description: str = ""
+    api: ApiModel = ApiModel()
+    dwd_mapping: str | None = None
+    tasks: list[TaskModel] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "ConnectorModel":
+        seen: set[str] = set()
+        tables: set[str] = set()
+        for t in self.tasks:
+            if t.code in seen:
+                raise ValueError(f"duplicate task code {t.code}")
+            seen.add(t.code)
+            for table in _task_tables(t):
+                if table in tables:
+                    raise ValueError(f"table {table} is written by two tasks")
+                tables.add(table)
+        return self
+
+
+def _task_tables(t: TaskModel) -> list[str]:
+    return [default_table(t)] + ([t.detail.target_table] if t.detail else [])
+
+
+def default_table(t: TaskModel) -> str:
+    """warehouse-model §2.1: ``ODS_<NAME>`` → ``ods.<name>``."""
+    if t.table:
+        return t.table
+    name = t.code[4:] if t.code.startswith("ODS_") else t.code
+    return f"ods.{name.lower()}"
+
+
+def snake_case(name: str) -> str:
+    """``updateTime`` → ``update_time`` (warehouse-model §1)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _param_builder(params: Mapping[str, str]):
+    items = tuple(params.items())
+
+    def build(record: Mapping[str, Any]) -> dict:
+        return {body_key: record.get(field) for body_key, field in items}
+
+    return build
+
+
+class Connector:
+    """A validated connector: API conventions (``api``) plus its :class:`OdsTaskSpec` list.
+
+    ``task(code)`` raises ``KeyError`` with the known codes for an unknown code.
+    """
+
+    def __init__(self, model: ConnectorModel, source: Path | None = None):
+        self.model = model
+        self.source = source
+        self.api = model.api
+        self.tasks: tuple[OdsTaskSpec, ...] = tuple(_to_spec(t) for t in model.tasks)
+        self._by_code = {t.code: t for t in self.tasks}
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def task(self, code: str) -> OdsTaskSpec:
+        try:
+            return self._by_code[code.upper()]
+        except KeyError:
+            raise KeyError(f"unknown task {code!r}; known: {', '.join(self._by_code)}") from None
+
+    def select(self, codes: list[str] | None) -> tuple[OdsTaskSpec, ...]:
+        if not codes:
+            return self.tasks
+        return tuple(self.task(c) for c in codes)
+
+    def dwd_mapping_path(self) -> Path | None:
+        if not self.model.dwd_mapping:
+            return None
+        base = self.source.parent if self.source else Path(__file__).parent
+        return base / self.model.dwd_mapping
+
+
+def _to_spec(t: TaskModel) -> OdsTaskSpec:
+    detail = None
+    if t.detail:
+        d = t.detail
+        detail = DetailSpec(
+            endpoint=d.endpoint,
+            param_builder=_param_builder(d.params),
+            target_table=d.target_table,
+            data_path=tuple(d.data_path),
+            list_key=d.list_key,
+            id_column=d.id_column,
+            keys=tuple(k.to_key() for k in d.keys),
+            parent=d.parent.to_key(),
+        )
+    window_column = t.window_column or (snake_case(t.window_field) if t.window_field else None)
+    return OdsTaskSpec(
+        code=t.code,
+        endpoint=t.endpoint,
+        table=default_table(t),
+        kind=t.kind,
+        keys=tuple(k.to_key() for k in t.keys),
+        data_path=tuple(t.data_path),
+        list_key=t.list_key,
+        window_field=t.window_field,
+        window_column=window_column,
+        page_size=t.page_size,
+        pipeline=dict(t.pipeline),
+        detail=detail,
+        description=t.description,
+    )
+
+
+def default_connector_path() -> Path:
+    return Path(__file__).with_name("feiqiu.yaml")
+
+
+def load_connector(path: str | Path | None = None) -> Connector:
+    """Load and validate a connector YAML (default: the bundled Feiqiu connector).
+
+    Raises :class:`ConnectorError` with ``"<file>: tasks[3] (ODS_X).keys.0.type: <problem>"``.
+    """
+    p = Path(path) if path else default_connector_path()
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConnectorError(f"{p}: cannot read connector file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConnectorError(f"{p}: invalid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(raw, dict):
+        raise ConnectorError(f"{p}: a connector file must be a YAML mapping")
+    try:
+        model = ConnectorModel.model_validate(raw)
+    except ValidationError as exc:
+        raise ConnectorError(f"{p}: {_describe(exc, raw)}") from None
+    return Connector(model, p)
+
+
+def _describe(exc: ValidationError, raw: dict) -> str:
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    where = []
+    if len(loc) >= 2 and loc[0] == "tasks" and isinstance(loc[1], int):
+        tasks = raw.get("tasks") or []
+        code = tasks[loc[1]].get("code") if loc[1] < len(tasks) and isinstance(tasks[loc[1]], dict) else None
+        where.append(f"tasks[{loc[1]}]" + (f" ({code})" if code else ""))
+        loc = loc[2:]
+    if loc:
+        where.append(".".join(str(x) for x in loc))
+    msg = err["msg"].removeprefix("Value error, ")
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{' '.join(where) or 'connector'}: {msg}{more}"

@@ -1,0 +1,135 @@
+"""``OdsTaskSpec``: the declarative description of one ODS task (spec §3.5–§3.6).
+
+A spec says where a list lives (endpoint, ``data_path``/``list_key``), how records are keyed and typed
+in their ODS table (warehouse-model.md §2.4), whether the task is a snapshot or windowed, and, for
+Detail_Mode, how to fetch and store each record's detail rows. Specs are plain frozen data: the
+connector YAML builds them, and Python code may build them directly. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+SqlKeyType = Literal["bigint", "text", "integer"]
+TaskKind = Literal["snapshot", "windowed"]
+
+
+@dataclass(frozen=True)
+class KeyColumn:
+    """One key column: JSON ``field`` → ODS ``column`` of SQL type ``sql_type`` (warehouse-model §2.4)."""
+
+    field: str
+    column: str
+    sql_type: SqlKeyType
+
+    def convert(self, value: Any) -> Any:
+        """Cast a JSON value to the Python value stored in the key column.
+
+        Raises ``ValueError`` for a missing/empty key or a non-integral value for an integer column.
+        Integers stay exact (no float round trip, upstream-api.md Q2); ``text`` keys keep leading zeros (Q4).
+        """
+        if value is None or value == "":
+            raise ValueError(f"key field {self.field!r} is missing or empty")
+        if self.sql_type == "text":
+            if isinstance(value, (dict, list)):
+                raise ValueError(f"key field {self.field!r} is not a scalar: {value!r}")
+            return value if isinstance(value, str) else str(value)
+        if isinstance(value, bool) or isinstance(value, float):
+            raise ValueError(f"key field {self.field!r} must be an integer, got {value!r}")
+        if isinstance(value, int):
+            out = value
+        elif isinstance(value, str) and value.lstrip("-").isdigit():
+            out = int(value)
+        else:
+            raise ValueError(f"key field {self.field!r} must be an integer, got {value!r}")
+        limit = 2**63 if self.sql_type == "bigint" else 2**31
+        if not -limit <= out < limit:
+            raise ValueError(f"key field {self.field!r} out of range for {self.sql_type}: {out}")
+        return out
+
+
+@dataclass(frozen=True)
+class DetailSpec:
+    """Detail_Mode settings of a task (spec §3.6; upstream-api.md §5.1).
+
+    ``param_builder(record) -> body`` builds the detail request body from a list record, passing ids
+    through unchanged (Q2). ``keys`` are the detail table's key columns; ``parent`` is the column that
+    holds the parent id (the per-parent soft-delete scope of warehouse-model §2.3); it may also be a key.
+    """
+
+    endpoint: str
+    param_builder: Callable[[Mapping[str, Any]], dict]
+    target_table: str
+    data_path: tuple[str, ...]
+    list_key: str
+    id_column: str
+    keys: tuple[KeyColumn, ...]
+    parent: KeyColumn
+
+    @property
+    def parent_is_key(self) -> bool:
+        return any(k.column == self.parent.column for k in self.keys)
+
+
+@dataclass(frozen=True)
+class OdsTaskSpec:
+    """One ODS task: list endpoint → ODS table (spec §3.5–§3.6, warehouse-model §2).
+
+    ``table`` is schema-qualified (``"ods.settlement"``). ``pipeline`` holds task-level defaults for
+    ``PipelineConfig`` keys (e.g. ``{"rate_min": 8.0}`` for the group-buy gap class, upstream-api §2.2).
+    """
+
+    code: str
+    endpoint: str
+    table: str
+    kind: TaskKind
+    keys: tuple[KeyColumn, ...]
+    data_path: tuple[str, ...] = ("data",)
+    list_key: str = "list"
+    window_field: str | None = None
+    window_column: str | None = None
+    page_size: int = 200
+    pipeline: Mapping[str, Any] = field(default_factory=dict)
+    detail: DetailSpec | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("snapshot", "windowed"):
+            raise ValueError(f"{self.code}: kind must be 'snapshot' or 'windowed', got {self.kind!r}")
+        if self.kind == "windowed" and not (self.window_field and self.window_column):
+            raise ValueError(f"{self.code}: a windowed task needs window_field and window_column")
+        if self.kind == "snapshot" and self.window_field:
+            raise ValueError(f"{self.code}: a snapshot task has no window field")
+        if not self.keys:
+            raise ValueError(f"{self.code}: at least one key column is required")
+        if not 1 <= self.page_size <= 10_000:
+            raise ValueError(f"{self.code}: page_size must be 1..10000, got {self.page_size}")
+
+    # Spec §3.6 names, kept as read-only views for callers that use the flat form.
+    @property
+    def detail_endpoint(self) -> str | None:
+        return self.detail.endpoint if self.detail else None
+
+    @property
+    def detail_target_table(self) -> str | None:
+        return self.detail.target_table if self.detail else None
+
+    @property
+    def detail_id_column(self) -> str | None:
+        return self.detail.id_column if self.detail else None
+
+    @property
+    def is_snapshot(self) -> bool:
+        return self.kind == "snapshot"
+
+    def tables(self) -> tuple[str, ...]:
+        return (self.table,) + ((self.detail.target_table,) if self.detail else ())
+
+
+def split_table(qualified: str) -> tuple[str, str]:
+    """``"ods.member"`` → ``("ods", "member")``. Raises ``ValueError`` when not schema-qualified."""
+    schema, dot, name = qualified.partition(".")
+    if not dot or not schema or not name or "." in name:
+        raise ValueError(f"table name must be 'schema.table', got {qualified!r}")
+    return schema, name
