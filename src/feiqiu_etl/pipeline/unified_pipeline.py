@@ -1,0 +1,430 @@
+"""``UnifiedPipeline`` (spec §3.4): serial requests → parallel processing → one writer, with exact
+termination even though processing and writing feed new requests back into the lane (spec 002).
+
+Threads of one ``run()``:
+
+* the calling thread is the **lane driver**: it takes the next request (follow-ups first, then the
+  next seed), sends it through the shared :class:`RequestScheduler` (gap + strict serialism) and puts
+  the response into the bounded processing queue (backpressure);
+* ``config.workers`` **processing workers** call ``process_fn`` and emit rows (to the writer) and
+  follow-up requests (next pages, details — back to the unbounded frontier);
+* ONE **writer** (:class:`WriteWorker`) batches rows into ``write_fn`` and may emit follow-ups too.
+
+Every item is counted in a :class:`WorkTracker`; the run ends exactly when the count reaches zero.
+On cancel (or a FAILED abort) the lane stops sending and drops waiting requests, while everything
+already fetched is still processed and written (Property 8). This module never touches HTTP or SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
+
+from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
+from feiqiu_etl.pipeline.models import (
+    PipelineRequest,
+    PipelineResult,
+    ProcessOutput,
+    ResponseItem,
+    WriteResult,
+)
+from feiqiu_etl.pipeline.rate_limiter import RateLimiter
+from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
+from feiqiu_etl.pipeline.work_tracker import Frontier, ScopeCompletion, WorkTracker
+from feiqiu_etl.pipeline.write_worker import FLUSH_HINT, SENTINEL, RowChunk, WriteWorker, follow_up_scope
+
+T = TypeVar("T")
+SendFn = Callable[..., Any]
+"""``send(fn, min_wait=0.0)``: run ``fn()`` in the lane after the gap (raises ``Cancelled``)."""
+Transport = Callable[[PipelineRequest, SendFn], Any]
+ProcessFn = Callable[[ResponseItem], "ProcessOutput | list"]
+WriteFn = Callable[[list], "WriteResult | None"]
+ScopeFn = Callable[[Hashable, bool], "WriteResult | None"]
+
+JOIN_DEADLINE = 30.0
+
+
+class UnifiedPipeline:
+    """Serial-request / parallel-process / single-writer engine.
+
+    ``transport(request, send)`` performs one logical request, calling ``send(fn, min_wait=...)`` for
+    every attempt so each attempt waits its gap in the lane; it returns the parsed response, raises
+    ``AbortPipeline`` to fail the run, or any other exception for a failed request. ``lane`` is the
+    flow's shared :class:`RequestScheduler`; this pipeline's gaps come from ``config.rate_min/max``.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        config: PipelineConfig,
+        *,
+        lane: RequestScheduler | None = None,
+        cancel_token: CancellationToken | None = None,
+        logger: logging.Logger | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ):
+        self.transport = transport
+        self.config = config
+        self.lane = lane or RequestScheduler()
+        self.cancel_token = cancel_token or CancellationToken()
+        self.logger = logger or logging.getLogger(__name__)
+        self.rate_limiter = rate_limiter or RateLimiter(config.rate_min, config.rate_max, clock=self.lane.clock)
+        self._run: _Run | None = None
+
+    def run(
+        self,
+        requests: Iterable[PipelineRequest],
+        process_fn: ProcessFn,
+        write_fn: WriteFn,
+        *,
+        on_scope_complete: ScopeFn | None = None,
+    ) -> PipelineResult:
+        """Execute the pipeline until all work (seeds and everything they spawn) is written.
+
+        ``on_scope_complete(scope, ok)`` runs on the writer thread when a scope has no outstanding
+        work left; ``ok`` is False if any of its items failed or was dropped. Returns the statistics;
+        status is FAILED (aborted) > CANCELLED > PARTIAL (some failure) > SUCCESS.
+        """
+        if self.cancel_token.is_cancelled:
+            return PipelineResult(status="CANCELLED", cancelled=True)
+        run = _Run(self, process_fn, write_fn, on_scope_complete)
+        self._run = run
+        try:
+            return run.execute(iter(requests))
+        finally:
+            self._run = None
+
+    def statistics(self) -> dict:
+        """Live snapshot: queue depths, outstanding work, lane state (for progress and logs)."""
+        run = self._run
+        lane = self.lane.statistics()
+        base = {"lane": lane, "rate_limiter": self.rate_limiter.statistics()}
+        if run is None:
+            return base | {"running": False}
+        return base | {
+            "running": True,
+            "outstanding": run.tracker.outstanding,
+            "frontier": len(run.frontier),
+            "processing_queue": run.processing_q.qsize(),
+            "write_queue": run.write_q.qsize(),
+            "busy_workers": run.busy_workers,
+        }
+
+
+class _Run:
+    """State of one ``UnifiedPipeline.run`` call."""
+
+    def __init__(self, owner: UnifiedPipeline, process_fn: ProcessFn, write_fn: WriteFn, on_scope: ScopeFn | None):
+        self.owner = owner
+        self.cfg = owner.config
+        self.token = owner.cancel_token
+        self.log = owner.logger
+        self.process_fn = process_fn
+        self.write_fn = write_fn
+        self.on_scope_fn = on_scope
+        self.tracker = WorkTracker()
+        self.frontier: Frontier[PipelineRequest] = Frontier(self.tracker)
+        self.processing_q: queue.Queue[Any] = queue.Queue(maxsize=self.cfg.queue_size)
+        self.write_q: queue.Queue[Any] = queue.Queue(maxsize=self.cfg.queue_size * 2)
+        self.result = PipelineResult()
+        self.lock = threading.Lock()
+        self.busy_workers = 0
+        self.aborted = False
+        self.consecutive_request_failures = 0
+        self.consecutive_write_failures = 0
+        self.seq = 0
+        self.writer_thread: threading.Thread | None = None
+        self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
+
+    # ------------------------------------------------------------------ driver (lane) thread
+    def execute(self, source: Iterator[PipelineRequest]) -> PipelineResult:
+        started = time.monotonic()
+        workers = [
+            threading.Thread(target=self._worker_loop, name=f"pipeline-worker-{i}", daemon=True)
+            for i in range(self.cfg.workers)
+        ]
+        writer = WriteWorker(
+            self.write_q,
+            self.write_fn,
+            batch_size=self.cfg.batch_size,
+            batch_timeout=self.cfg.batch_timeout,
+            upstream_idle=self._upstream_idle,
+            on_written=self._on_written,
+            on_scope=self._on_scope,
+        )
+        self.writer_thread = threading.Thread(target=writer.run, name="pipeline-writer", daemon=True)
+        for t in workers:
+            t.start()
+        self.writer_thread.start()
+        try:
+            self._drive(source)
+        finally:
+            for _ in workers:
+                self.processing_q.put(SENTINEL)
+            for t in workers:
+                t.join(JOIN_DEADLINE)
+            self.write_q.put(SENTINEL)
+            self.writer_thread.join(JOIN_DEADLINE)
+            stuck = [t.name for t in [*workers, self.writer_thread] if t.is_alive()]
+            if stuck:
+                self.log.error("threads did not stop within %.0f s: %s", JOIN_DEADLINE, ", ".join(stuck))
+        return self._finish(started)
+
+    def _drive(self, source: Iterator[PipelineRequest]) -> None:
+        self.tracker.add(1)  # the seed source itself is outstanding until exhausted
+        source_open = True
+        while True:
+            request, pull = self.frontier.next_or_idle(has_source=source_open)
+            if pull:
+                request = self._next_seed(source)
+                if request is None:
+                    source_open = False
+                    self.tracker.done(1)
+                    continue
+            elif request is None:
+                return
+            if self._stopping():
+                self._finish_item(request.scope, failed=True)
+                continue
+            self._send(request)
+
+    def _next_seed(self, source: Iterator[PipelineRequest]) -> PipelineRequest | None:
+        if self._stopping():
+            return None
+        try:
+            request = next(source)
+        except StopIteration:
+            return None
+        except Exception as exc:  # a broken request generator ends the seeds, recorded once
+            self._record("request", {"stage": "seed", "error": _describe(exc)})
+            return None
+        self.tracker.add(1, request.scope)
+        return request
+
+    def _send(self, request: PipelineRequest) -> None:
+        dispatched = False
+
+        def send(fn: Callable[[], T], min_wait: float = 0.0) -> T:
+            nonlocal dispatched
+            def attempt() -> T:
+                nonlocal dispatched
+                if not dispatched:
+                    dispatched = True
+                    with self.lock:
+                        self.result.total_requests += 1
+                return fn()
+            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait)
+
+        t0 = time.monotonic()
+        failed = False
+        try:
+            payload = self.owner.transport(request, send)
+        except Cancelled:
+            failed = True  # dropped, not a failure: nothing (more) was sent
+        except AbortPipeline as exc:
+            failed = True
+            self._request_failed(request, exc, abort=True)
+        except Exception as exc:
+            failed = True
+            self._request_failed(request, exc)
+        else:
+            self._request_ok(request, payload)
+        finally:
+            with self.lock:
+                self.timing["request"] += time.monotonic() - t0
+            self._finish_item(request.scope, failed=failed)
+
+    def _request_ok(self, request: PipelineRequest, payload: Any) -> None:
+        with self.lock:
+            self.result.completed_requests += 1
+            if request.is_detail:
+                self.result.detail_success += 1
+            self.consecutive_request_failures = 0
+            self.seq += 1
+            seq = self.seq
+        self.tracker.add(1, request.scope)
+        self.processing_q.put(ResponseItem(request, payload, seq))  # blocks when full: backpressure
+
+    def _request_failed(self, request: PipelineRequest, exc: BaseException, *, abort: bool = False) -> None:
+        error = {
+            "stage": "request",
+            "endpoint": request.endpoint,
+            "params": _safe_params(request.params),
+            "is_detail": request.is_detail,
+            "error": _describe(exc),
+        }
+        with self.lock:
+            if request.is_detail:
+                self.result.detail_failure += 1
+            self.consecutive_request_failures += 1
+            limit_hit = self.consecutive_request_failures >= self.cfg.max_consecutive_failures
+        self._record("request", error)
+        if abort or limit_hit:
+            reason = "fatal error" if abort else f"{self.cfg.max_consecutive_failures} consecutive request failures"
+            self._abort(reason)
+
+    # ------------------------------------------------------------------ processing workers
+    def _worker_loop(self) -> None:
+        while True:
+            item = self.processing_q.get()
+            if item is SENTINEL:
+                return
+            with self.lock:
+                self.busy_workers += 1
+            try:
+                self._process(item)
+            finally:
+                with self.lock:
+                    self.busy_workers -= 1
+                if self.processing_q.empty():
+                    self.write_q.put(FLUSH_HINT)
+
+    def _process(self, item: ResponseItem) -> None:
+        scope = item.request.scope
+        failed = False
+        t0 = time.monotonic()
+        try:
+            out = self.process_fn(item)
+            if not isinstance(out, ProcessOutput):
+                out = ProcessOutput(rows=list(out or []))
+            fetched = out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
+            with self.lock:
+                self.result.total_fetched += fetched
+            for err in out.errors:
+                failed = True
+                self._record("processing", {"endpoint": item.request.endpoint, **err})
+            for follow in out.follow_ups:
+                if follow.scope is None:
+                    follow.scope = scope
+                self.frontier.push(follow, follow.scope)
+            if out.rows:
+                self.tracker.add(len(out.rows), scope)
+                self.write_q.put(RowChunk(list(out.rows), scope))
+        except Exception as exc:
+            failed = True
+            self._record("processing", {
+                "endpoint": item.request.endpoint,
+                "params": _safe_params(item.request.params),
+                "error": _describe(exc),
+            })
+        finally:
+            with self.lock:
+                self.timing["processing"] += time.monotonic() - t0
+            self._finish_item(scope, failed=failed)
+
+    # ------------------------------------------------------------------ writer callbacks (writer thread)
+    def _on_written(self, rows: list, scopes: list, result: WriteResult | None, error: Exception | None) -> None:
+        failed = error is not None or (result is not None and result.errors > 0)
+        if error is not None:
+            self._record("write", {"rows": len(rows), "error": _describe(error)})
+        elif result is not None and result.errors:
+            self._record("write", {"rows": len(rows), "error": f"{result.errors} row(s) rejected by write_fn"})
+        with self.lock:
+            if error is None and result is not None:
+                self._add_write_counts(result)
+            if failed:
+                self.consecutive_write_failures += 1
+                limit_hit = self.consecutive_write_failures >= self.cfg.max_consecutive_failures
+            else:
+                self.consecutive_write_failures = 0
+                limit_hit = False
+        if limit_hit:
+            self._abort(f"{self.cfg.max_consecutive_failures} consecutive write failures")
+        if result is not None and error is None:
+            for follow in result.follow_ups:
+                follow.scope = follow_up_scope(follow, scopes)
+                self.frontier.push(follow, follow.scope)
+        counts: dict[Hashable | None, int] = {}
+        for s in scopes:
+            counts[s] = counts.get(s, 0) + 1
+        for s, n in counts.items():
+            completion = self.tracker.done(n, s, failed=failed)
+            if completion is not None:
+                self._on_scope(completion)
+
+    def _add_write_counts(self, result: WriteResult) -> None:
+        self.result.total_inserted += result.inserted
+        self.result.total_updated += result.updated
+        self.result.total_skipped += result.skipped
+        self.result.total_deleted += result.deleted
+        self.result.detail_skipped += result.follow_ups_skipped
+
+    def _on_scope(self, completion: ScopeCompletion) -> None:
+        """Run the caller's scope hook on the writer thread, then finish the completion item."""
+        try:
+            if self.on_scope_fn is not None:
+                extra = self.on_scope_fn(completion.scope, completion.ok)
+                if extra is not None:
+                    with self.lock:
+                        self._add_write_counts(extra)
+        except Exception as exc:
+            self._record("write", {"scope": repr(completion.scope), "error": _describe(exc)})
+        finally:
+            self.tracker.done(1)
+
+    # ------------------------------------------------------------------ shared helpers
+    def _finish_item(self, scope: Hashable | None, *, failed: bool) -> None:
+        completion = self.tracker.done(1, scope, failed=failed)
+        if completion is not None:
+            if threading.current_thread() is self.writer_thread:
+                self._on_scope(completion)
+            else:
+                self.write_q.put(completion)
+
+    def _upstream_idle(self) -> bool:
+        with self.lock:
+            busy = self.busy_workers
+        return busy == 0 and self.processing_q.empty()
+
+    def _stopping(self) -> bool:
+        return self.token.is_cancelled or self.aborted
+
+    def _abort(self, reason: str) -> None:
+        with self.lock:
+            if self.aborted:
+                return
+            self.aborted = True
+        self.log.error("pipeline aborted: %s", reason)
+
+    def _record(self, stage: str, error: dict) -> None:
+        with self.lock:
+            if stage == "request":
+                self.result.request_failures += 1
+            elif stage == "processing":
+                self.result.processing_failures += 1
+            else:
+                self.result.write_failures += 1
+            self.result.errors.append({"stage": stage, **error})
+        self.log.warning("%s failure: %s", stage, error.get("error"))
+
+    def _finish(self, started: float) -> PipelineResult:
+        r = self.result
+        r.cancelled = self.token.is_cancelled
+        r.timing = {k: round(v, 6) for k, v in self.timing.items()}
+        r.timing["total"] = round(time.monotonic() - started, 6)
+        if self.aborted:
+            r.status = "FAILED"
+        elif r.cancelled:
+            r.status = "CANCELLED"
+        elif r.request_failures + r.processing_failures + r.write_failures > 0:
+            r.status = "PARTIAL"
+        else:
+            r.status = "SUCCESS"
+        return r
+
+
+_SECRET_KEYS = ("token", "authorization", "password", "secret")
+
+
+def _safe_params(params: dict) -> dict:
+    return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in (params or {}).items()}
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return f"{exc.__class__.__name__}: {text}" if str(exc) else text
