@@ -1,0 +1,115 @@
+"""Cast helpers of warehouse-model §3 as ``psycopg.sql`` fragments with their parameters.
+
+``cast_sql(column)`` turns a mapped :class:`~feiqiu_etl.tasks.dwd.mapping.DwdColumn` into the SQL expression
+that reads it from ``payload``, e.g. ``MNY(salePrice)`` → ``NULLIF(payload->>%s, '')::numeric(12,2)`` with
+parameter ``"salePrice"``. A :class:`Fragment` carries the composed SQL and its parameters, in order, so a
+caller can join fragments and run them as one statement.
+
+Rules this module never breaks: identifiers are always ``sql.Identifier``; values that come from a mapping file
+(JSON field names, ``when`` values) are always bound parameters, never pasted into SQL. SQL type names are
+pasted only after :mod:`~feiqiu_etl.tasks.dwd.mapping` has checked them against a closed list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from psycopg import sql
+
+from feiqiu_etl.tasks.dwd.mapping import CAST_TYPES, DwdColumn
+
+# The SQL type names the mapping allows (a closed list), so pasting them is safe.
+_TYPES: frozenset[str] = frozenset().union(*CAST_TYPES.values())
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A piece of SQL plus the parameters of its ``%s`` placeholders, in order."""
+
+    sql: sql.Composable
+    params: tuple[Any, ...] = ()
+
+    @staticmethod
+    def of(template: str, *parts: "Fragment | sql.Composable") -> "Fragment":
+        """Fill ``{}`` slots of ``template`` left to right; parameters are concatenated in the same order."""
+        pieces: list[sql.Composable] = []
+        params: list[Any] = []
+        for p in parts:
+            if isinstance(p, Fragment):
+                pieces.append(p.sql)
+                params.extend(p.params)
+            else:
+                pieces.append(p)
+        return Fragment(sql.SQL(template).format(*pieces), tuple(params))
+
+    @staticmethod
+    def join(sep: str, parts: Iterable["Fragment"]) -> "Fragment":
+        parts = list(parts)
+        return Fragment(sql.SQL(sep).join(p.sql for p in parts), tuple(x for p in parts for x in p.params))
+
+
+def param(value: Any) -> Fragment:
+    """A single bound parameter."""
+    return Fragment(sql.Placeholder(), (value,))
+
+
+def sql_type(name: str) -> sql.SQL:
+    """A SQL type name from the mapping's closed list. Raises ``ValueError`` for anything else."""
+    if name not in _TYPES:
+        raise ValueError(f"not an allowed DWD column type: {name!r}")
+    return sql.SQL(name)
+
+
+def json_text(path: tuple[str, ...], payload: sql.Composable = sql.Identifier("payload")) -> Fragment:
+    """``p->>'f'`` for ``("f",)``; ``p->'a'->>'b'`` for ``("a", "b")`` (warehouse-model §3, nested fields)."""
+    expr = Fragment(payload)
+    for key in path[:-1]:
+        expr = Fragment.of("{}->{}", expr, param(key))
+    return Fragment.of("({}->>{})", expr, param(path[-1]))
+
+
+def json_value(path: tuple[str, ...], payload: sql.Composable = sql.Identifier("payload")) -> Fragment:
+    """``p->'f'`` (jsonb, for ``JSONB(f)``), following nested paths the same way."""
+    expr = Fragment(payload)
+    for key in path:
+        expr = Fragment.of("{}->{}", expr, param(key))
+    return Fragment.of("({})", expr)
+
+
+def _empty_to_null(text: Fragment) -> Fragment:
+    return Fragment.of("NULLIF({}, '')", text)
+
+
+def _helper(cast: str, target: sql.SQL, path: tuple[str, ...], payload: sql.Composable) -> Fragment:
+    """The SQL of one §3 helper applied to ``path``, producing ``target``."""
+    text = json_text(path, payload)
+    if cast == "TXT":
+        return _empty_to_null(text)
+    if cast == "ID":
+        return Fragment.of("{}::bigint", text)
+    if cast == "REF":
+        return Fragment.of("NULLIF({}::{}, 0)", text, target)
+    if cast in ("INT", "SREF", "MNY", "DEC", "DT"):
+        return Fragment.of("{}::{}", _empty_to_null(text), target)
+    if cast == "TS":
+        return Fragment.of("({} || '+08:00')::timestamptz", _empty_to_null(text))
+    if cast == "BOOL":
+        return Fragment.of("CASE {} WHEN '1' THEN true WHEN '0' THEN false END", text)
+    if cast == "JSONB":
+        return json_value(path, payload)
+    raise ValueError(f"unknown cast helper {cast!r}")
+
+
+def cast_sql(column: DwdColumn, payload: sql.Composable = sql.Identifier("payload")) -> Fragment:
+    """The expression for ``column`` read from ``payload`` (warehouse-model §3 and the §5.2 CASE forms).
+
+    Raises ``ValueError`` for a cast or type outside warehouse-model §3 (the mapping loader rejects those first).
+    """
+    if column.sql_type not in CAST_TYPES.get(column.cast, ()):
+        raise ValueError(f"cast {column.cast} cannot produce {column.sql_type} ({column.name})")
+    expr = _helper(column.cast, sql_type(column.sql_type), column.path, payload)
+    if column.when is not None:
+        expr = Fragment.of("CASE WHEN {} = {} THEN {} END", json_text((column.when.field,), payload),
+                           param(column.when.equals), expr)
+    return expr

@@ -1,0 +1,127 @@
+"""Stage one DWD table's source: cast the ODS payloads and keep one row per business key, in a temp table.
+
+Both loaders start here (and share ``table_lock`` and ``LoadCounts`` from here). ``stage_source`` fills ``pg_temp.dwd_stage`` (dropped at commit) with the typed
+columns of the mapping (warehouse-model §3), the ODS ``is_deleted`` flag, and either the SCD2 ``change_hash``
+(dimensions, §4.1) or the fact bookkeeping (``src_content_hash``, ``src_fetched_at``, ``mark``; §5.1).
+Several ODS rows mapping to the same business key are resolved deterministically: a live row beats a deleted
+one (a key is deleted only when every row for it is), then the latest ``fetched_at``, then the greatest ODS
+primary key. The merge steps after this only read the temp table, so the casts run once per load.
+
+This module never writes to ``dwd`` or ``ods``; it must run inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql, param, sql_type
+from feiqiu_etl.tasks.dwd.mapping import DwdTable
+
+STAGE = sql.Identifier("pg_temp", "dwd_stage")
+_STAGE_NAME = sql.Identifier("dwd_stage")
+
+#: ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))``: when an ODS row last changed (§5.1).
+MARK = sql.SQL("GREATEST(o.fetched_at, COALESCE(o.deleted_at, o.fetched_at))")
+
+
+@dataclass(frozen=True)
+class LoadCounts:
+    """Rows written by one table load: new rows/versions, rows updated in place, versions closed."""
+
+    inserted: int = 0
+    updated: int = 0
+    closed: int = 0
+
+
+class SourceTableError(RuntimeError):
+    """The ODS source table is missing or has no primary key."""
+
+
+def table_lock(conn: psycopg.Connection, table: DwdTable) -> None:
+    """Take the per-table advisory lock for this transaction: loads of one DWD table never overlap."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"feiqiu_etl.dwd:{table.target}",))
+
+
+def ods_key_columns(conn: psycopg.Connection, table: DwdTable) -> list[str]:
+    """Primary-key columns of the ODS source table, without ``site_id``, in key order.
+
+    Raises :class:`SourceTableError` when the table is missing or has no primary key.
+    """
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i"
+        " JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+        " WHERE i.indisprimary AND n.nspname = %s AND c.relname = %s"
+        " ORDER BY array_position(i.indkey::int2[], a.attnum)",
+        (table.source_schema, table.source_name),
+    ).fetchall()
+    if not rows:
+        raise SourceTableError(f"{table.target}: source table {table.source} does not exist or has no primary key")
+    return [r[0] for r in rows if r[0] != "site_id"]
+
+
+def _stage_columns(table: DwdTable) -> list[tuple[str, sql.Composable]]:
+    cols: list[tuple[str, sql.Composable]] = [("site_id", sql.SQL("bigint"))]
+    cols += [(c.name, sql_type(c.sql_type)) for c in table.columns]
+    cols.append(("is_deleted", sql.SQL("boolean")))
+    if table.is_dimension:
+        cols.append(("change_hash", sql.SQL("text")))
+    else:
+        cols += [("src_content_hash", sql.SQL("text")), ("src_fetched_at", sql.SQL("timestamptz")),
+                 ("mark", sql.SQL("timestamptz"))]
+    return cols
+
+
+def change_hash_sql(table: DwdTable, alias: str = "c") -> sql.Composed:
+    """``md5(jsonb_build_array(<tracked columns in listed order>)::text)`` (warehouse-model §4.1)."""
+    cols = sql.SQL(", ").join(sql.Identifier(alias, n) for n in table.tracked)
+    return sql.SQL("md5(jsonb_build_array({})::text)").format(cols)
+
+
+def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None) -> Fragment:
+    """SELECT of the deduplicated, typed source rows in the stage column order."""
+    casts = Fragment.join(", ", (Fragment.of("{} AS {}", cast_sql(c, sql.Identifier("o", "payload")),
+                                             sql.Identifier(c.name)) for c in table.columns))
+    key_aliases = [sql.Identifier(f"_k{i}") for i in range(len(ods_keys))]
+    ods_key_sel = sql.SQL("").join(
+        sql.SQL(", o.{} AS {}").format(sql.Identifier(k), a) for k, a in zip(ods_keys, key_aliases))
+    where = Fragment.of(" WHERE {} >= {}", MARK, param(since)) if since is not None else Fragment(sql.SQL(""))
+    inner = Fragment.of(
+        "SELECT o.site_id, {}, o.is_deleted, o.content_hash, o.fetched_at, {} AS _mark{} FROM {} o{}",
+        casts, MARK, ods_key_sel, sql.Identifier(table.source_schema, table.source_name), where,
+    )
+    bk = [sql.Identifier("c", "site_id"), *(sql.Identifier("c", k) for k in table.business_key)]
+    mapped = sql.SQL(", ").join(sql.Identifier("c", c.name) for c in table.columns)
+    if table.is_dimension:
+        extra = sql.SQL("{}").format(change_hash_sql(table))
+    else:
+        extra = sql.SQL("c.content_hash, c.fetched_at, c._mark")
+    order = sql.SQL(", ").join([*bk, sql.SQL("c.is_deleted"), sql.SQL("c.fetched_at DESC"),
+                                *(sql.SQL("c.{} DESC").format(a) for a in key_aliases)])
+    return Fragment.of(
+        "SELECT DISTINCT ON ({}) c.site_id, {}, c.is_deleted, {} FROM ({}) c ORDER BY {}",
+        sql.SQL(", ").join(bk), mapped, extra, inner, order,
+    )
+
+
+def stage_source(conn: psycopg.Connection, table: DwdTable, *, since: datetime | None = None) -> int:
+    """Fill ``pg_temp.dwd_stage`` with the source of ``table``; return its row count.
+
+    ``since`` (facts only) keeps the ODS rows whose ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))``
+    is ``>= since`` (warehouse-model §5.1); dimensions always read the whole source (§4.2). A payload that does
+    not cast (e.g. ``"abc"`` for a money field) raises ``psycopg.errors.DataError`` (or a subclass such as
+    ``InvalidTextRepresentation``) and leaves the transaction to be rolled back by the caller.
+    """
+    ods_keys = ods_key_columns(conn, table)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
+    defs = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), t) for n, t in _stage_columns(table))
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(_STAGE_NAME, defs))
+    select = _select_source(table, ods_keys, since)
+    names = sql.SQL(", ").join(sql.Identifier(n) for n, _ in _stage_columns(table))
+    cur = conn.execute(sql.SQL("INSERT INTO {} ({}) ").format(STAGE, names) + select.sql, select.params)
+    conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+    return cur.rowcount
