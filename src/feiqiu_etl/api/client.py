@@ -1,0 +1,212 @@
+"""``APIClient``: one logical request = up to ``attempts`` HTTP POSTs, every attempt sent through the
+flow's serial lane (so retries also wait their gap and stay strictly serial).
+
+* httpx with connection reuse and a timeout on every request (upstream-api.md §2.3: ~30 s);
+* tenacity decides *whether* and *how long* to wait between attempts (exponential backoff with jitter;
+  ``Retry-After`` / ``data.retryAfter`` are minimums, ``0`` or a past date mean "no hint"); the wait
+  itself is spent in the lane (cancellable), never in a bare ``sleep``;
+* JSON is parsed with exact integers (ids above 2^53 survive, Q2);
+* the bearer token is kept private: it never appears in ``repr``, logs, errors or results.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from feiqiu_etl.api.errors import (
+    ApiError, AuthError, BusinessError, ConfigurationError, MalformedResponse, NotFoundError,
+    RateLimitedError, ServerError, SiteForbiddenError, TransportFailure,
+)
+from feiqiu_etl.pipeline.models import PipelineRequest
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retry settings: ``attempts`` in total; backoff ``base * 2**(n-1)`` s capped at ``max_backoff``,
+    plus up to ``jitter`` × the wait on top."""
+
+    attempts: int = 3
+    base: float = 1.0
+    max_backoff: float = 60.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+
+
+@dataclass(frozen=True)
+class EnvelopeRules:
+    """Where the envelope keeps its fields and what each business code means (upstream-api.md §2.1)."""
+
+    code_field: str = "code"
+    ok_code: int = 0
+    message_field: str = "msg"
+    data_field: str = "data"
+    retry: frozenset[int] = frozenset({42901, 42902, 50001})
+    rate_limited: frozenset[int] = frozenset({42901, 42902})
+    retry_after_field: str = "retryAfter"
+    abort_run: frozenset[int] = frozenset({40101})
+    abort_site: frozenset[int] = frozenset({40103})
+    not_found: frozenset[int] = frozenset({40401})
+
+
+class APIClient:
+    """POST-JSON client for one base URL and token. Use :meth:`fetch` as a pipeline transport."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retry: RetryPolicy = RetryPolicy(),
+        rules: EnvelopeRules = EnvelopeRules(),
+        rng: random.Random | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self._base = base_url.rstrip("/")
+        self.__token = token
+        self._retry = retry
+        self._rules = rules
+        self._rng = rng or random.Random()
+        self._http = httpx.Client(
+            base_url=self._base,
+            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+            headers={"Content-Type": "application/json; charset=utf-8"},
+            transport=transport,
+            follow_redirects=False,
+        )
+        self.attempts_sent = 0
+
+    def __repr__(self) -> str:
+        return f"<APIClient {self._base} token=***>"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "APIClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- pipeline transport
+    def fetch(self, request: PipelineRequest, send: Callable[..., Any]) -> dict:
+        """Perform ``request`` with retries; every attempt goes through ``send`` (the lane).
+
+        Returns the parsed envelope (a dict). Raises the typed errors of :mod:`feiqiu_etl.api.errors`
+        after the last attempt, or ``Cancelled`` from the lane.
+        """
+        pending_wait = [0.0]
+
+        def remember(seconds: float) -> None:
+            pending_wait[0] = seconds
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self._retry.attempts),
+            retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.retryable),
+            wait=self._wait,
+            sleep=remember,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                wait, pending_wait[0] = pending_wait[0], 0.0
+                return send(lambda: self.post(request.endpoint, request.params), min_wait=wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        backoff = min(self._retry.base * 2 ** (state.attempt_number - 1), self._retry.max_backoff)
+        hint = getattr(exc, "retry_after", None) or 0.0
+        wait = max(backoff, hint)
+        return wait + self._rng.uniform(0, self._retry.jitter * wait)
+
+    # -------------------------------------------------------------- one attempt
+    def post(self, endpoint: str, body: dict) -> dict:
+        """One HTTP POST; returns the envelope or raises a typed :class:`ApiError`."""
+        self.attempts_sent += 1
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        try:
+            resp = self._http.post(endpoint, content=content, headers={"Authorization": f"Bearer {self.__token}"})
+        except httpx.TimeoutException as exc:
+            raise TransportFailure(f"timeout: {exc.__class__.__name__}", endpoint=endpoint) from None
+        except httpx.HTTPError as exc:
+            raise TransportFailure(f"transport error: {exc.__class__.__name__}", endpoint=endpoint) from None
+        return self._interpret(endpoint, resp)
+
+    def _interpret(self, endpoint: str, resp: httpx.Response) -> dict:
+        status = resp.status_code
+        if status == 429:
+            raise RateLimitedError("gateway throttling", endpoint=endpoint, http_status=429,
+                                   retry_after=parse_retry_after(resp.headers.get("Retry-After")))
+        if status >= 500:
+            raise ServerError("gateway/server error", endpoint=endpoint, http_status=status)
+        if status == 404:
+            raise ConfigurationError("unknown path (check the connector's endpoint)", endpoint=endpoint, http_status=404)
+        if status != 200:
+            raise ApiError("unexpected HTTP status", endpoint=endpoint, http_status=status)
+        try:
+            envelope = json.loads(resp.content)
+        except ValueError:
+            raise MalformedResponse("body is not JSON", endpoint=endpoint, http_status=status) from None
+        r = self._rules
+        if not isinstance(envelope, dict) or not isinstance(envelope.get(r.code_field), int):
+            raise MalformedResponse("body is not an envelope", endpoint=endpoint, http_status=status)
+        code = envelope[r.code_field]
+        if code == r.ok_code:
+            return envelope
+        raise self._business_error(endpoint, code, envelope)
+
+    def _business_error(self, endpoint: str, code: int, envelope: dict) -> ApiError:
+        r = self._rules
+        msg = str(envelope.get(r.message_field) or "")[:200]
+        data = envelope.get(r.data_field)
+        text = f"business error: {msg}" if msg else "business error"
+        if code in r.rate_limited:
+            hint = data.get(r.retry_after_field) if isinstance(data, dict) else None
+            return RateLimitedError(text, endpoint=endpoint, code=code, retry_after=_positive(hint))
+        if code in r.retry:
+            return ServerError(text, endpoint=endpoint, code=code)
+        if code in r.abort_run:
+            return AuthError(text, endpoint=endpoint, code=code)
+        if code in r.abort_site:
+            return SiteForbiddenError(text, endpoint=endpoint, code=code)
+        if code in r.not_found:
+            return NotFoundError(text, endpoint=endpoint, code=code)
+        return BusinessError(text, endpoint=endpoint, code=code)
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value > 0 else None
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds (delta or HTTP date). ``0``, a past date or garbage → None (no hint)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value) if int(value) > 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    delta = when.timestamp() - (now if now is not None else time.time())
+    return delta if delta > 0 else None

@@ -1,0 +1,73 @@
+"""Typed API errors (upstream-api.md §2). ``retryable`` says whether the client may try again;
+``retry_after`` (seconds) is a *minimum* wait hint from ``Retry-After`` or ``data.retryAfter``.
+Messages never contain the bearer token."""
+
+from __future__ import annotations
+
+from feiqiu_etl.pipeline.errors import AbortPipeline
+
+
+class ApiError(Exception):
+    retryable = False
+
+    def __init__(self, message: str, *, endpoint: str = "", code: int | None = None,
+                 http_status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.code = code
+        self.http_status = http_status
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        parts = [self.args[0] if self.args else self.__class__.__name__]
+        if self.code is not None:
+            parts.append(f"code={self.code}")
+        if self.http_status is not None:
+            parts.append(f"http={self.http_status}")
+        if self.endpoint:
+            parts.append(f"endpoint={self.endpoint}")
+        return " ".join(parts)
+
+
+class BusinessError(ApiError):
+    """A non-zero envelope ``code`` that must not be retried (40001, 40002, 40003, …)."""
+
+
+class NotFoundError(BusinessError):
+    """40401: detail of an unknown or deleted id — skip the record (a detail failure)."""
+
+
+class AuthError(BusinessError, AbortPipeline):
+    """40101: token missing, unknown or expired — abort the run."""
+
+
+class SiteForbiddenError(BusinessError, AbortPipeline):
+    """40103: the token may not access this ``siteId`` — abort this store."""
+
+
+class ConfigurationError(ApiError, AbortPipeline):
+    """HTTP 404 (unknown path) or another response that proves the configuration is wrong."""
+
+
+class RateLimitedError(ApiError):
+    """42901/42902 (risk control) or HTTP 429 (gateway throttling): wait at least ``retry_after``."""
+
+    retryable = True
+
+
+class ServerError(ApiError):
+    """HTTP 5xx or business 50001: transient, retry with backoff (still respecting the gap)."""
+
+    retryable = True
+
+
+class TransportFailure(ApiError):
+    """Connection error or timeout (no complete response)."""
+
+    retryable = True
+
+
+class MalformedResponse(ApiError):
+    """HTTP 200 whose body is not a JSON envelope (gateway garbage); retried like a 5xx."""
+
+    retryable = True

@@ -1,0 +1,139 @@
+"""``AppConfig``: dotted keys (``pipeline.workers``, ``pipeline.ods_group_package.rate_min``,
+``dwd.parallel_workers``, ``window.lookback_hours`` …) from three layers, highest first:
+
+1. CLI: ``--set KEY=VALUE`` and the dedicated flags (``--pipeline-workers`` …);
+2. environment variables, after loading ``.env`` (python-dotenv; real environment wins);
+3. built-in defaults.
+
+Environment names (spec §4.1): ``PIPELINE_WORKERS`` → ``pipeline.workers``; task-level
+``PIPELINE_ODS_GROUP_PACKAGE.RATE_MIN`` (or ``PIPELINE_ODS_GROUP_PACKAGE__RATE_MIN``) →
+``pipeline.ods_group_package.rate_min``; ``DWD_PARALLEL_WORKERS`` → ``dwd.parallel_workers``;
+``WINDOW_LOOKBACK_HOURS`` → ``window.lookback_hours``. Unknown keys are rejected with a one-line
+:class:`ConfigError` so a typo never silently does nothing. Secrets (``api.token``) are never printed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from feiqiu_etl.pipeline.config import PipelineConfig
+
+NAMESPACES = ("pipeline", "dwd", "window", "api")
+GLOBAL_KEYS: dict[str, str] = {
+    **{f"pipeline.{k}": f"PipelineConfig.{k}" for k in PipelineConfig.keys()},
+    "dwd.parallel_workers": "DWD tables merged in parallel (default 4)",
+    "window.lookback_hours": "incremental runs re-fetch this many hours before the high-water mark (default 48)",
+    "window.initial_days": "first incremental run fetches this many days back (default 7)",
+    "window.segment_days": "maximum window segment length in days, <= 31 (default 7)",
+    "api.timeout": "HTTP timeout per request in seconds (default 30)",
+    "api.retry_attempts": "attempts per request including the first (default 3)",
+    "api.retry_backoff": "first retry backoff in seconds, doubled each attempt (default 1)",
+}
+DEFAULTS: dict[str, Any] = {
+    "dwd.parallel_workers": 4,
+    "window.lookback_hours": 48.0,
+    "window.initial_days": 7.0,
+    "window.segment_days": 7.0,
+    "api.timeout": 30.0,
+    "api.retry_attempts": 3,
+    "api.retry_backoff": 1.0,
+}
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; ``str()`` is a one-line message (the CLI exits 2 before any request)."""
+
+
+class AppConfig:
+    """Resolved settings. ``get(key, default)`` follows CLI > environment > defaults."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None, *, task_codes: Iterable[str] = ()):
+        self._task_codes = {c.lower() for c in task_codes}
+        self._values: dict[str, Any] = {}
+        for key, value in (values or {}).items():
+            self.set(key, value)
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        task_codes: Iterable[str],
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+        dotenv_path: str | Path | None = None,
+    ) -> "AppConfig":
+        """Defaults, then environment (plus ``.env`` when ``environ`` is None), then ``overrides``."""
+        if environ is None:
+            from dotenv import dotenv_values
+
+            env: dict[str, str] = {k: v for k, v in dotenv_values(dotenv_path or ".env").items() if v is not None}
+            env.update(os.environ)
+        else:
+            env = dict(environ)
+        cfg = cls(task_codes=task_codes)
+        for name, value in env.items():
+            key = env_to_key(name)
+            if key is not None and cfg._known(key):
+                cfg._values[key] = value
+        for key, value in (overrides or {}).items():
+            cfg.set(key, value)
+        return cfg
+
+    def set(self, key: str, value: Any) -> None:
+        key = key.strip().lower()
+        if not self._known(key):
+            raise ConfigError(f"unknown configuration key {key!r} (known: {', '.join(sorted(GLOBAL_KEYS))}, "
+                              "or pipeline.<task_code>.<key>)")
+        self._values[key] = value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        key = key.lower()
+        if key in self._values:
+            return self._values[key]
+        return DEFAULTS.get(key, default)
+
+    def number(self, key: str, kind: type = float, *, minimum: float | None = None, maximum: float | None = None):
+        """``get`` converted to ``kind`` and range-checked; raises :class:`ConfigError`."""
+        raw = self.get(key)
+        try:
+            value = kind(raw) if kind is float else int(str(raw).strip())
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected {kind.__name__}, got {raw!r}") from None
+        if minimum is not None and value < minimum or maximum is not None and value > maximum:
+            raise ConfigError(f"{key}: {value} is outside [{minimum}, {maximum}]")
+        return value
+
+    def pipeline_config(self, task_code: str, task_defaults: Mapping[str, Any] | None = None) -> PipelineConfig:
+        try:
+            return PipelineConfig.from_app_config(self, task_code, task_defaults)
+        except ValueError as exc:
+            raise ConfigError(f"pipeline config for {task_code}: {exc}") from None
+
+    def _known(self, key: str) -> bool:
+        if key in GLOBAL_KEYS:
+            return True
+        parts = key.split(".")
+        return (
+            len(parts) == 3 and parts[0] == "pipeline" and parts[2] in PipelineConfig.keys()
+            and (not self._task_codes or parts[1] in self._task_codes)
+        )
+
+
+def env_to_key(name: str) -> str | None:
+    """Map an environment variable name to a dotted key, or None if it is not ours."""
+    upper = name.upper()
+    for ns in NAMESPACES:
+        prefix = ns.upper() + "_"
+        if not upper.startswith(prefix):
+            continue
+        rest = name[len(prefix):].lower()
+        if "." in rest:
+            task, _, key = rest.rpartition(".")
+            return f"{ns}.{task}.{key}"
+        if "__" in rest:
+            task, _, key = rest.rpartition("__")
+            return f"{ns}.{task}.{key}"
+        return f"{ns}.{rest}"
+    return None

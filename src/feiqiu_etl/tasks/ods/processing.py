@@ -1,0 +1,205 @@
+"""``process_fn`` for ODS tasks: locate the list in a response, validate and key every record, hash it,
+and decide the next page (upstream-api.md §1.3–§1.5). Runs on processing workers: pure CPU, no I/O.
+
+End of data is the first short page; ``page × limit >= total`` alone never stops paging. Guards: a page
+cap (``max_pages``) and a repeated-page check ("loop detected in pagination"). A bad record is a
+record-level processing failure; the rest of the page continues.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from feiqiu_etl.pipeline.models import PipelineRequest, ProcessOutput, ResponseItem
+from feiqiu_etl.tasks.ods.hashing import canonical_json, hash_text, strip_nul
+from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
+from feiqiu_etl.tasks.ods.spec import OdsTaskSpec
+from feiqiu_etl.tasks.ods.windows import parse_local, to_aware
+
+
+class ResponseShapeError(ValueError):
+    """The list (or its total) is not where the spec says (data_path/list_key)."""
+
+
+def locate_list(payload: Any, data_path: tuple[str, ...], list_key: str) -> tuple[list, Any]:
+    """Walk ``data_path`` from the envelope root and return ``(list, total)``.
+
+    Raises :class:`ResponseShapeError` naming the path when a node or the list is missing or not a list.
+    """
+    node = payload
+    walked: list[str] = []
+    for key in data_path:
+        walked.append(key)
+        if not isinstance(node, dict) or key not in node or not isinstance(node[key], dict):
+            raise ResponseShapeError(f"no object at {'.'.join(walked)}")
+        node = node[key]
+    items = node.get(list_key)
+    if not isinstance(items, list):
+        raise ResponseShapeError(f"no list at {'.'.join(walked + [list_key])}")
+    return items, node.get("total")
+
+
+@dataclass
+class SnapshotState:
+    """What one snapshot listing has shown so far (thread-safe); decides whether it is provably complete
+    (upstream-api.md §1.5: every page ok, last page short; we also require a stable ``total`` and as
+    many distinct keys as that total)."""
+
+    totals: set = field(default_factory=set)
+    keys: set = field(default_factory=set)
+    short_page_seen: bool = False
+    problems: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def page(self, total: Any, keys: list[tuple], short: bool) -> None:
+        with self._lock:
+            self.totals.add(total)
+            self.keys.update(keys)
+            self.short_page_seen = self.short_page_seen or short
+
+    def problem(self, text: str) -> None:
+        with self._lock:
+            self.problems.append(text)
+
+    def incomplete_reason(self) -> str | None:
+        """None if complete, else why the soft delete must be skipped."""
+        with self._lock:
+            if self.problems:
+                return self.problems[0]
+            if not self.short_page_seen:
+                return "the last page was never short"
+            if len(self.totals) != 1:
+                return f"total moved while paging ({sorted(str(t) for t in self.totals)})"
+            total = next(iter(self.totals))
+            if not isinstance(total, int) or total != len(self.keys):
+                return f"{len(self.keys)} distinct keys seen but total is {total}"
+            return None
+
+
+@dataclass
+class OdsProcessor:
+    """Builds rows and follow-ups for one task and one site. Call it as ``process_fn``."""
+
+    spec: OdsTaskSpec
+    site_id: int
+    layouts: dict[str, TableLayout]
+    max_pages: int
+    page_param: str = "page"
+    snapshot: SnapshotState | None = None
+    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+
+    def __call__(self, item: ResponseItem) -> ProcessOutput:
+        if item.request.is_detail:
+            return self._detail(item)
+        return self._list(item)
+
+    # ----------------------------------------------------------------- list pages
+    def _list(self, item: ResponseItem) -> ProcessOutput:
+        req = item.request
+        try:
+            records, total = locate_list(item.payload, self.spec.data_path, self.spec.list_key)
+        except ResponseShapeError:
+            if self.snapshot is not None:
+                self.snapshot.problem("a page had no list")
+            raise
+        fetched_at = self.clock()
+        layout = self.layouts[self.spec.table]
+        out = ProcessOutput(fetched=len(records))
+        keys: list[tuple] = []
+        for index, record in enumerate(records):
+            try:
+                row = self._row(record, layout, fetched_at, req.scope, window_field=self.spec.window_field)
+            except ValueError as exc:
+                out.errors.append(_record_error(req, index, record, exc))
+                continue
+            row.wants_detail = self.spec.detail is not None
+            keys.append(row.keys)
+            out.rows.append(row)
+        if out.errors and self.snapshot is not None:
+            self.snapshot.problem("a record could not be processed")
+        short = len(records) < (req.page_size or 0)
+        if self.snapshot is not None:
+            self.snapshot.page(total, keys, short)
+        nxt = self._next_page(req, records, short)
+        if isinstance(nxt, str):
+            out.errors.append({"error": nxt, "params": dict(req.params)})
+            if self.snapshot is not None:
+                self.snapshot.problem(nxt)
+        elif nxt is not None:
+            out.follow_ups.append(nxt)
+        return out
+
+    def _next_page(self, req: PipelineRequest, records: list, short: bool) -> PipelineRequest | str | None:
+        if short or not records:
+            return None
+        page = int(req.params.get(self.page_param, 1))
+        digest = hash_text(canonical_json(records))
+        if req.context.get("prev_page_digest") == digest:
+            return f"loop detected in pagination: page {page} repeats page {page - 1}"
+        if page >= self.max_pages:
+            return f"page cap reached ({self.max_pages} pages); listing stopped"
+        params = dict(req.params)
+        params[self.page_param] = page + 1
+        return replace(req, params=params, context={**req.context, "prev_page_digest": digest})
+
+    # ----------------------------------------------------------------- details
+    def _detail(self, item: ResponseItem) -> ProcessOutput:
+        d = self.spec.detail
+        assert d is not None
+        req = item.request
+        items, _ = locate_list(item.payload, d.data_path, d.list_key)
+        fetched_at = self.clock()
+        layout = self.layouts[d.target_table]
+        parent_value = req.context["parent_value"]
+        out = ProcessOutput(fetched=len(items))
+        seen: list[tuple] = []
+        for index, record in enumerate(items):
+            if isinstance(record, dict) and record.get(d.parent.field) in (None, ""):
+                record = {**record, d.parent.field: req.detail_id}
+            try:
+                row = self._row(record, layout, fetched_at, req.scope)
+            except ValueError as exc:
+                out.errors.append(_record_error(req, index, record, exc))
+                continue
+            seen.append(row.keys)
+            out.rows.append(row)
+        if not out.errors:
+            out.rows.append(DetailDone(d.target_table, self.spec.code, self.site_id, parent_value,
+                                       req.context["parent_key"], seen, fetched_at, req.scope))
+        return out
+
+    # ----------------------------------------------------------------- one record
+    def _row(self, record: Any, layout: TableLayout, fetched_at: datetime, scope: Any,
+             window_field: str | None = None) -> OdsRow:
+        if not isinstance(record, dict):
+            raise ValueError(f"record is not an object: {type(record).__name__}")
+        record = strip_nul(record)
+        keys = tuple(k.convert(record.get(k.field)) for k in layout.keys)
+        extra = tuple(k.convert(record.get(k.field)) for k in layout.extra)
+        site = record.get("siteId", self.site_id)
+        site_id = int(site) if isinstance(site, int) or (isinstance(site, str) and site.isdigit()) else None
+        if site_id is None or isinstance(site, bool):
+            raise ValueError(f"siteId is not an integer: {site!r}")
+        window = None
+        if window_field:
+            raw = record.get(window_field)
+            if raw not in (None, ""):
+                if not isinstance(raw, str):
+                    raise ValueError(f"{window_field} is not a time string: {raw!r}")
+                window = to_aware(parse_local(raw))
+        text = canonical_json(record)
+        return OdsRow(
+            table=layout.table, site_id=site_id, keys=keys, extra=extra, window=window, payload=text,
+            content_hash=hash_text(text), fetched_at=fetched_at, record=record, scope=scope,
+        )
+
+
+def _record_error(req: PipelineRequest, index: int, record: Any, exc: Exception) -> dict:
+    return {
+        "error": f"record {index}: {exc}",
+        "params": {k: v for k, v in req.params.items()},
+        "record": canonical_json(record)[:300] if isinstance(record, (dict, list)) else repr(record)[:300],
+    }

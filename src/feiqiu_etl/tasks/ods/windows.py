@@ -1,0 +1,125 @@
+"""Time windows: half-open ``[start, end)`` segments in the source's local time (upstream-api.md §1.2).
+
+Pure functions, no I/O. Times are naive ``datetime`` values in Asia/Shanghai at second precision;
+:func:`fmt` renders them as the API wants (``"YYYY-MM-DD HH:MM:SS"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+SHANGHAI = timezone(timedelta(hours=8), "Asia/Shanghai")
+API_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+@dataclass(frozen=True, order=True)
+class Window:
+    """Half-open interval ``[start, end)`` of naive Shanghai-local datetimes."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        if self.start >= self.end:
+            raise ValueError(f"window start {fmt(self.start)} must be before end {fmt(self.end)}")
+
+    @property
+    def length(self) -> timedelta:
+        return self.end - self.start
+
+
+def fmt(value: datetime) -> str:
+    return value.strftime(API_FORMAT)
+
+
+def parse_local(text: str) -> datetime:
+    """Parse ``"YYYY-MM-DD HH:MM:SS"`` (or ``"YYYY-MM-DD"``). Raises ``ValueError`` with the bad text."""
+    text = text.strip()
+    for pattern in (API_FORMAT, "%Y-%m-%d"):
+        try:
+            return datetime.strptime(text, pattern)
+        except ValueError:
+            continue
+    raise ValueError(f"expected 'YYYY-MM-DD HH:MM:SS', got {text!r}")
+
+
+def local_now() -> datetime:
+    """Current Asia/Shanghai local time, naive, truncated to the second."""
+    return datetime.now(SHANGHAI).replace(tzinfo=None, microsecond=0)
+
+
+def to_aware(value: datetime) -> datetime:
+    """Attach +08:00 (warehouse-model §1: stored as timestamptz)."""
+    return value.replace(tzinfo=SHANGHAI)
+
+
+def from_aware(value: datetime) -> datetime:
+    return value.astimezone(SHANGHAI).replace(tzinfo=None)
+
+
+def split(window: Window, max_length: timedelta) -> list[Window]:
+    """Contiguous half-open segments of at most ``max_length`` covering ``window`` exactly."""
+    if max_length <= timedelta(0):
+        raise ValueError("segment length must be positive")
+    out: list[Window] = []
+    cursor = window.start
+    while cursor < window.end:
+        nxt = min(cursor + max_length, window.end)
+        out.append(Window(cursor, nxt))
+        cursor = nxt
+    return out
+
+
+def merge(windows: list[Window]) -> list[Window]:
+    """Union of windows as sorted, non-overlapping, non-touching intervals."""
+    out: list[Window] = []
+    for w in sorted(windows):
+        if out and w.start <= out[-1].end:
+            if w.end > out[-1].end:
+                out[-1] = Window(out[-1].start, w.end)
+        else:
+            out.append(w)
+    return out
+
+
+def subtract(target: Window, done: list[Window]) -> list[Window]:
+    """Parts of ``target`` not covered by ``done`` (the gaps to fetch)."""
+    gaps: list[Window] = []
+    cursor = target.start
+    for w in merge(done):
+        if w.end <= cursor or w.start >= target.end:
+            continue
+        if w.start > cursor:
+            gaps.append(Window(cursor, min(w.start, target.end)))
+        cursor = max(cursor, w.end)
+        if cursor >= target.end:
+            break
+    if cursor < target.end:
+        gaps.append(Window(cursor, target.end))
+    return gaps
+
+
+def plan_incremental(
+    now: datetime,
+    done: list[Window],
+    *,
+    lookback: timedelta,
+    initial: timedelta,
+) -> list[Window]:
+    """Windows to fetch for a (site, task) without an explicit window (resume from the gaps).
+
+    * nothing done yet: ``[now - initial, now)``;
+    * otherwise every gap between the first completed start and the high-water mark, plus
+      ``[high_water - lookback, now)`` (upstream-api.md Q13: a look-back catches late changes).
+    Returned merged and sorted; split them with :func:`split`.
+    """
+    if not done:
+        return [Window(now - initial, now)] if initial > timedelta(0) else []
+    merged = merge(done)
+    horizon = Window(merged[0].start, max(merged[-1].end, merged[0].start + timedelta(seconds=1)))
+    parts = subtract(horizon, merged)
+    tail_start = min(merged[-1].end - lookback, now)
+    if tail_start < now:
+        parts.append(Window(max(tail_start, merged[0].start), now))
+    return merge(parts)
