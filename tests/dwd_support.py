@@ -270,3 +270,59 @@ def scd2_violations(conn, table: str, bk: list[str]) -> list[str]:
         if rows:
             problems.append(f"{table}: {what}: {rows[:3]}")
     return problems
+
+
+# ---------------------------------------------------------------------------------------------- environment
+
+
+class DwdEnv:
+    """A database with every ODS and DWD table, an autocommit connection, an :class:`Ods` writer and helpers."""
+
+    def __init__(self, dsn: str, *, timezone_name: str = "Asia/Shanghai"):
+        import psycopg
+
+        from feiqiu_etl.db.schema import ensure_ods_tables
+        from feiqiu_etl.tasks.dwd import ensure_dwd_tables, load_dwd_mapping
+
+        self.dsn = dsn
+        self.mapping = load_dwd_mapping()
+        self.conn = psycopg.connect(dsn, autocommit=True, options=f"-c TimeZone={timezone_name}")
+        ensure_ods_tables(self.conn, load_connector().tasks)
+        ensure_dwd_tables(self.conn, self.mapping)
+        self.ods = Ods(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def table(self, name: str):
+        return self.mapping.table(name)
+
+    def merge(self, name: str, now: datetime, run_id: str = "r-test"):
+        from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
+
+        return merge_dim_scd2(self.conn, self.table(name), now=now, run_id=run_id)
+
+    def load_fact(self, name: str, run_id: str = "r-test"):
+        from feiqiu_etl.tasks.dwd.facts import load_fact
+
+        return load_fact(self.conn, self.table(name), run_id=run_id)
+
+    def rows(self, name: str, columns: str = "*", order: str | None = None) -> list[dict]:
+        """All rows of ``dwd.<name>`` as dicts, ordered by key (and ``version_no`` for dimensions)."""
+        from psycopg.rows import dict_row
+
+        t = self.table(name)
+        keys = ["site_id", *t.business_key] + (["version_no"] if t.is_dimension else [])
+        q = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
+            sql.SQL(columns), sql.Identifier("dwd", t.name), sql.SQL(order or ", ".join(keys)))
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(q).fetchall()
+
+    def truncate(self, *tables: str) -> None:
+        """TRUNCATE the given qualified tables (all ODS/DWD/etl_meta tables when none) and reset identities."""
+        if not tables:
+            tables = tuple(r[0] for r in self.conn.execute(
+                "SELECT schemaname || '.' || tablename FROM pg_tables"
+                " WHERE schemaname IN ('ods', 'dwd', 'etl_meta')"))
+        self.conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
+            sql.SQL(", ").join(sql.Identifier(*t.split(".")) for t in tables)))

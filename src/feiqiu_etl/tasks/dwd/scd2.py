@@ -41,8 +41,9 @@ def check_now(conn: psycopg.Connection, table: DwdTable, now: datetime) -> None:
     """Raise :class:`MergeTimeError` unless ``now`` is after every ``valid_from`` in the dimension."""
     latest = conn.execute(sql.SQL("SELECT max(valid_from) FROM {}").format(_ident(table))).fetchone()[0]
     if latest is not None and now <= latest:
+        shown_now, shown_latest = (t.astimezone(OPEN_END.tzinfo).isoformat() for t in (now, latest))
         raise MergeTimeError(
-            f"{table.target}: now {now.isoformat()} is not after the latest valid_from {latest.isoformat()}; "
+            f"{table.target}: now {shown_now} is not after the latest valid_from {shown_latest}; "
             "every DWD run needs a later now (warehouse-model §4.2)"
         )
 
