@@ -1,0 +1,59 @@
+import pytest
+
+from feiqiu_etl.config.app_config import AppConfig, ConfigError, env_to_key
+from feiqiu_etl.connector import ConnectorError, load_connector
+
+CODES = [t.code for t in load_connector().tasks]
+
+
+def test_env_names_map_to_dotted_keys():
+    assert env_to_key("PIPELINE_WORKERS") == "pipeline.workers"
+    assert env_to_key("PIPELINE_ODS_GROUP_PACKAGE.RATE_MIN") == "pipeline.ods_group_package.rate_min"
+    assert env_to_key("PIPELINE_ODS_GROUP_PACKAGE__RATE_MAX") == "pipeline.ods_group_package.rate_max"
+    assert env_to_key("DWD_PARALLEL_WORKERS") == "dwd.parallel_workers"
+    assert env_to_key("HOME") is None
+
+
+def test_precedence_cli_over_env_task_over_connector_default_over_global():
+    env = {"PIPELINE_RATE_MIN": "3", "PIPELINE_RATE_MAX": "30", "PIPELINE_ODS_MEMBER.WORKERS": "3"}
+    cfg = AppConfig.load(task_codes=CODES, environ=env, overrides={"pipeline.ods_member.rate_min": "4"})
+    member = cfg.pipeline_config("ODS_MEMBER")
+    assert (member.rate_min, member.rate_max, member.workers) == (4.0, 30.0, 3)
+    package = cfg.pipeline_config("ODS_GROUP_PACKAGE", {"rate_min": 8.5, "rate_max": 25.0})
+    assert (package.rate_min, package.rate_max) == (8.5, 25.0)  # connector default beats global
+    cfg.set("pipeline.ods_group_package.rate_min", "9")
+    assert cfg.pipeline_config("ODS_GROUP_PACKAGE", {"rate_min": 8.5, "rate_max": 25.0}).rate_min == 9.0
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("pipeline.workers", "0", "workers must be >= 1"),
+    ("pipeline.workers", "two", "expected int"),
+    ("pipeline.rate_min", "30", "must not exceed"),
+])
+def test_bad_values_are_one_line_config_errors(key, value, match):
+    cfg = AppConfig.load(task_codes=CODES, environ={}, overrides={key: value})
+    with pytest.raises(ConfigError, match=match) as info:
+        cfg.pipeline_config("ODS_MEMBER")
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_keys_and_tasks_are_rejected():
+    with pytest.raises(ConfigError, match="unknown configuration key"):
+        AppConfig.load(task_codes=CODES, environ={}, overrides={"pipeline.wrokers": 2})
+    with pytest.raises(ConfigError):
+        AppConfig.load(task_codes=CODES, environ={}, overrides={"pipeline.ods_nope.workers": 2})
+
+
+def test_connector_errors_name_file_task_and_field(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("name: x\ntasks:\n  - code: ODS_A\n    endpoint: /a\n    kind: windowed\n"
+                   "    keys: [{field: id, column: id, type: float}]\n", encoding="utf-8")
+    with pytest.raises(ConnectorError) as info:
+        load_connector(bad)
+    text = str(info.value)
+    assert str(bad) in text and "tasks[0] (ODS_A)" in text and "keys.0.type" in text
+    (tmp_path / "y.yaml").write_text("tasks: [", encoding="utf-8")
+    with pytest.raises(ConnectorError, match="invalid YAML"):
+        load_connector(tmp_path / "y.yaml")
+    with pytest.raises(ConnectorError, match="cannot read"):
+        load_connector(tmp_path / "missing.yaml")
