@@ -62,7 +62,7 @@ def database(dsn: str | None) -> Iterator[str]:
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        yield server.ensuredatabase()
+        yield server.ensure_database()
     finally:
         server.stop()
 
