@@ -63,13 +63,14 @@ class PaginationModel(_Strict):
 class WindowModel(_Strict):
     start_param: str = "startTime"
     end_param: str = "endTime"
-    format: str = "%Y-%m-%d %H:%M:%S"
-    timezone: str = "Asia/Shanghai"
+    format: Literal["%Y-%m-%d %H:%M:%S"] = "%Y-%m-%d %H:%M:%S"   # the only format supported so far
+    timezone: Literal["Asia/Shanghai"] = "Asia/Shanghai"          # the only zone supported so far
     max_days: float = Field(31, gt=0)
 
 
 class ErrorsModel(_Strict):
     retry: list[int] = [42901, 42902, 50001]
+    rate_limited: list[int] = [42901, 42902]
     retry_after_field: str = "retryAfter"
     abort_run: list[int] = [40101]
     abort_site: list[int] = [40103]
@@ -167,6 +168,10 @@ class ConnectorModel(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> "ConnectorModel":
+        for t in self.tasks:
+            if t.page_size > self.api.pagination.max_limit:
+                raise ValueError(f"task {t.code}: page_size {t.page_size} exceeds api.pagination.max_limit "
+                                 f"{self.api.pagination.max_limit}")
         seen: set[str] = set()
         tables: set[str] = set()
         for t in self.tasks:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from feiqiu_etl.api.client import APIClient, RetryPolicy
+from feiqiu_etl.api.client import APIClient, EnvelopeRules, RetryPolicy
 from feiqiu_etl.api.errors import AuthError, SiteForbiddenError
 from feiqiu_etl.config.app_config import AppConfig
 from feiqiu_etl.connector.model import Connector
@@ -169,6 +169,7 @@ class FlowRunner:
             connector=connector.name, site_param=api.site_param, page_param=api.pagination.page_param,
             limit_param=api.pagination.limit_param, start_param=api.window.start_param,
             end_param=api.window.end_param, max_pages=api.pagination.max_pages,
+            first_page=api.pagination.first_page, max_window=timedelta(days=api.window.max_days),
         )
         # Validate every task's configuration before any request is sent.
         self.pipeline_configs: dict[str, PipelineConfig] = {
@@ -179,7 +180,7 @@ class FlowRunner:
         retry = RetryPolicy(attempts=app_config.number("api.retry_attempts", int, minimum=1, maximum=20),
                             base=app_config.number("api.retry_backoff", float, minimum=0.0, maximum=600.0))
         timeout = app_config.number("api.timeout", float, minimum=0.1, maximum=600.0)
-        self.client = factory(api_base, token, timeout=timeout, retry=retry)
+        self.client = factory(api_base, token, timeout=timeout, retry=retry, rules=envelope_rules(connector))
         self._state = _FlowState()
 
     def transport_for(self, site_id: int):
@@ -249,6 +250,17 @@ class FlowRunner:
         out = summary.to_dict()
         out["status"] = summary.status
         return out
+
+
+def envelope_rules(connector: Connector) -> EnvelopeRules:
+    """The connector's envelope and error-code table as the client's :class:`EnvelopeRules`."""
+    api = connector.api
+    e, err = api.envelope, api.errors
+    return EnvelopeRules(
+        code_field=e.code_field, ok_code=e.ok_code, message_field=e.message_field, data_field=e.data_field,
+        retry=frozenset(err.retry), rate_limited=frozenset(err.rate_limited), retry_after_field=err.retry_after_field,
+        abort_run=frozenset(err.abort_run), abort_site=frozenset(err.abort_site), not_found=frozenset(err.not_found),
+    )
 
 
 def new_run_id() -> str:

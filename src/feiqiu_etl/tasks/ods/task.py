@@ -51,6 +51,7 @@ class ApiConventions:
     start_param: str = "startTime"
     end_param: str = "endTime"
     max_pages: int = 5000
+    first_page: int = 1
     max_window: timedelta = timedelta(days=31)
 
 
@@ -114,7 +115,7 @@ class BaseOdsTask:
             writer = OdsWriter(conn, spec, layouts, self.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
-            processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages,
+            processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, snapshot=snapshot)
             pipeline = UnifiedPipeline(self.transport, self.config, lane=self.lane,
                                        cancel_token=self.cancel_token, logger=self.logger)
@@ -171,7 +172,7 @@ class BaseOdsTask:
 
     def _seeds(self, site_id: int, windows: list[Window], pending: list[PipelineRequest]) -> Iterator[PipelineRequest]:
         c = self.conv
-        base = {c.site_param: site_id, c.page_param: 1, c.limit_param: self.spec.page_size}
+        base = {c.site_param: site_id, c.page_param: c.first_page, c.limit_param: self.spec.page_size}
         if self.spec.is_snapshot:
             yield self._list_request(base, ("snapshot", self.spec.code, site_id))
         for w in windows:
