@@ -31,11 +31,12 @@ def sim_config(**kw) -> SimulatorConfig:
 
 def options(sim: Simulator, *, tasks=None, window=True, overrides=None, **kw) -> FlowOptions:
     cfg = sim.config
-    start = fmt(ANCHOR - timedelta(days=cfg.days)) if window else None
-    end = fmt(ANCHOR) if window else None
+    if window:
+        kw.setdefault("window_start", fmt(ANCHOR - timedelta(days=cfg.days)))
+        kw.setdefault("window_end", fmt(ANCHOR))
+    kw.setdefault("load_dwd", False)
     return FlowOptions(api_base=sim.base_url, token=cfg.token, site_ids=list(cfg.site_ids),
-                       task_codes=tasks or [], overrides={**FAST, **(overrides or {})},
-                       window_start=start, window_end=end, load_dwd=False, environ={}, **kw)
+                       task_codes=tasks or [], overrides={**FAST, **(overrides or {})}, environ={}, **kw)
 
 
 def run_flow(sim: Simulator, dsn: str, token: CancellationToken | None = None, **kw):
