@@ -72,7 +72,7 @@ SCALE_PROFILES: Mapping[str, ScaleProfile] = {
     # Tiny: the demo walks all 21 tasks and their details in well under two minutes.
     "small": ScaleProfile(
         members=40, cards=24, tables=12, areas=3, goods=30, categories=8, assistants=6, packages=5, coupons=5,
-        settlements_per_day=14, table_uses_per_day=16, goods_sales_per_day=24, inventory_changes_per_day=28,
+        settlements_per_day=14, table_uses_per_day=18, goods_sales_per_day=24, inventory_changes_per_day=28,
         balance_changes_per_day=8, recharges_per_day=2, assistant_services_per_day=4, verifications_per_day=3,
         refunds_per_day=0.5, coupon_usages_per_day=2, handovers_per_day=2,
     ),

@@ -204,7 +204,9 @@ class Dataset:
         Bumps ``updateTime`` to :meth:`now` where the record has one (unless ``changes`` sets it). A settlement edit
         may reopen, re-settle (with an extra manual discount, changing its items) or void it.
         """
-        list_endpoint(task_code)
+        pk_field = list_endpoint(task_code).pk
+        if changes and pk_field in changes and changes[pk_field] != pk_value:
+            raise ValueError(f"the primary key {pk_field} of a record cannot be changed")
         with self._lock:
             store, current = self._live(task_code, site_id, pk_value)
             changed = {**current, **changes} if changes is not None else edits.edit(store, task_code, current, self._now)

@@ -26,7 +26,7 @@ from feiqiu_etl.simulator.events import (
     make_verification,
 )
 from feiqiu_etl.simulator.state import Store
-from feiqiu_etl.simulator.values import ZERO, business_time, cents, fmt_time, parse_money
+from feiqiu_etl.simulator.values import ZERO, business_time, cents, fmt_time, parse_money, random_time_between
 
 LIVE_HOURS = timedelta(hours=4)
 """Table sessions opened this close to the anchor are still running (PLAYING/PAUSED/FINISHED)."""
@@ -112,6 +112,7 @@ class Timeline:
         for event in sorted(events):
             getattr(self, f"_on_{event.kind}")(event)
         self._handovers(days)
+        self._open_tables()
         self._live_table_states()
 
     # --- handlers ------------------------------------------------------------------------------------------
@@ -234,6 +235,13 @@ class Timeline:
                 closing = number == len(shifts) - 1 and len(shifts) == 2
                 receiver = "" if closing else store.rng.choice(("前台-小林", "收银-阿芳", "夜班-小陈"))
                 store.put("ODS_SHIFT_HANDOVER", make_handover(store, shift_start, handover_at, receiver))
+
+    def _open_tables(self) -> None:
+        """A few tables still running at the anchor (``finishTime`` ``""``), whatever the scale."""
+        store = self.store
+        for _ in range(max(1, len(store.records["ODS_BILLIARD_TABLE"]) // 6)):
+            at = random_time_between(store.rng, store.anchor - timedelta(hours=2), store.anchor)
+            self._on_table(Event(at, 0, "table"))
 
     def _live_table_states(self) -> None:
         store = self.store

@@ -93,18 +93,6 @@ class IdAllocator:
         self._used.add(value)
 
 
-class Sequence:
-    """Monotonic counter used for receipt numbers and small int keys."""
-
-    def __init__(self, start: int = 1) -> None:
-        self._next = start
-
-    def next(self, step: int = 1) -> int:
-        value = self._next
-        self._next += step
-        return value
-
-
 def masked_phone(rng: random.Random) -> str:
     """Masked mobile (Q10): ``"138****5678"``."""
     prefix = rng.choice(("130", "133", "135", "136", "138", "139", "150", "151", "158", "177", "186", "188", "199"))
