@@ -45,11 +45,19 @@ class RequestLogEntry:
 
 
 class RequestLog:
-    """Thread-safe append-only list of entries (cleared on demand)."""
+    """Thread-safe append-only list of entries (cleared on demand).
+
+    A response reaches the client a moment before its entry is appended (the entry needs the time *after* the
+    write). So the server calls :meth:`writing` before it writes, and :meth:`snapshot` waits (briefly) until no
+    response is half-way between "written" and "logged": whoever has read a response finds it in the log.
+    """
+
+    WAIT_FOR_WRITERS = 2.0
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._entries: list[RequestLogEntry] = []
+        self._writing: set[int] = set()
         self._next_seq = 1
 
     def next_seq(self) -> int:
@@ -58,12 +66,20 @@ class RequestLog:
             self._next_seq += 1
             return seq
 
+    def writing(self, seq: int) -> None:
+        """Request ``seq`` is about to write its response; snapshots wait for its entry."""
+        with self._lock:
+            self._writing.add(seq)
+
     def append(self, entry: RequestLogEntry) -> None:
         with self._lock:
             self._entries.append(entry)
+            self._writing.discard(entry.seq)
+            self._lock.notify_all()
 
     def snapshot(self) -> list[RequestLogEntry]:
         with self._lock:
+            self._lock.wait_for(lambda: not self._writing, timeout=self.WAIT_FOR_WRITERS)
             return sorted(self._entries, key=lambda e: e.seq)
 
     def clear(self) -> None:

@@ -50,6 +50,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         seq = simulator.log.next_seq()
         reply = simulator.service.handle(method, path, self.headers, raw)
+        logged = path != "/__sim/log"
+        if logged:
+            simulator.log.writing(seq)
         try:
             self._write(reply)
         except OSError:  # the client went away (e.g. it timed out on a stall)
@@ -57,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             reply.on_complete()
             ended = time.monotonic()
-            if path != "/__sim/log":
+            if logged:
                 simulator.log.append(_entry(seq, path, reply, started, ended))
 
     def _write(self, reply: Reply) -> None:

@@ -207,19 +207,23 @@ class Timeline:
         table = store.pick("ODS_BILLIARD_TABLE", lambda t: t["enabled"] == 1)
         if table is None:
             return
-        rng = store.rng
         if event.at >= store.anchor - LIVE_HOURS:
-            begin = max(event.at - timedelta(minutes=rng.randint(5, 150)), store.start)
-            status = rng.choices(("PLAYING", "PAUSED", "FINISHED"), (70, 10, 20))[0]
-            finish = event.at if status == "FINISHED" else None
-            use = store.put("ODS_TABLE_USE", make_table_use(store, table, begin, finish, event.at, status))
-            if status == "PLAYING" and rng.random() < 0.3:
-                service = make_service(store, use, begin, 0, begin, "SERVING")
-                if service is not None:
-                    store.put("ODS_ASSISTANT_SERVICE", service)
+            self._live_session(table, event.at)
         else:
-            begin = max(event.at - timedelta(minutes=rng.randint(1, 8)), store.start)
+            begin = max(event.at - timedelta(minutes=store.rng.randint(1, 8)), store.start)
             store.put("ODS_TABLE_USE", make_table_use(store, table, begin, event.at, event.at, "CANCELLED"))
+
+    def _live_session(self, table: dict, at: datetime, status: str | None = None) -> None:
+        """A session still open at the anchor (PLAYING/PAUSED, ``finishTime`` ``""``) or awaiting settlement."""
+        store, rng = self.store, self.store.rng
+        begin = max(at - timedelta(minutes=rng.randint(5, 150)), store.start)
+        status = status or rng.choices(("PLAYING", "PAUSED", "FINISHED"), (70, 10, 20))[0]
+        finish = at if status == "FINISHED" else None
+        use = store.put("ODS_TABLE_USE", make_table_use(store, table, begin, finish, at, status))
+        if status == "PLAYING" and rng.random() < 0.3:
+            service = make_service(store, use, begin, 0, begin, "SERVING")
+            if service is not None:
+                store.put("ODS_ASSISTANT_SERVICE", service)
 
     # --- after the events ----------------------------------------------------------------------------------
     def _handovers(self, days: int) -> None:
@@ -239,9 +243,10 @@ class Timeline:
     def _open_tables(self) -> None:
         """A few tables still running at the anchor (``finishTime`` ``""``), whatever the scale."""
         store = self.store
-        for _ in range(max(1, len(store.records["ODS_BILLIARD_TABLE"]) // 6)):
+        tables = [t for t in store.values("ODS_BILLIARD_TABLE") if t["enabled"] == 1]
+        for index in range(min(len(tables), max(1, len(tables) // 6))):
             at = random_time_between(store.rng, store.anchor - timedelta(hours=2), store.anchor)
-            self._on_table(Event(at, 0, "table"))
+            self._live_session(store.rng.choice(tables), at, "PLAYING" if index == 0 else None)
 
     def _live_table_states(self) -> None:
         store = self.store
