@@ -86,6 +86,7 @@ class APIClient:
             transport=transport,
             follow_redirects=False,
         )
+        self._timeout = timeout
         self.attempts_sent = 0
 
     def __repr__(self) -> str:
@@ -140,7 +141,10 @@ class APIClient:
         try:
             resp = self._http.post(endpoint, content=content, headers={"Authorization": f"Bearer {self.__token}"})
         except httpx.TimeoutException as exc:
-            raise TransportFailure(f"timeout: {exc.__class__.__name__}", endpoint=endpoint) from None
+            # The server may still be working on it: wait as long again before retrying, so that the
+            # retry does not overlap it (upstream-api.md §2.2 rule 1).
+            raise TransportFailure(f"timeout: {exc.__class__.__name__}", endpoint=endpoint,
+                                   retry_after=self._timeout) from None
         except httpx.HTTPError as exc:
             raise TransportFailure(f"transport error: {exc.__class__.__name__}", endpoint=endpoint) from None
         return self._interpret(endpoint, resp)
