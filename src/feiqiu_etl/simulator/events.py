@@ -334,7 +334,8 @@ def _discounts(store: Store, items: _Items, plan: SettlementPlan, member_id: int
     rate = Decimal(member["level"]["discountRate"]) if member else Decimal(1)
     if rate < 1 and table_amount > 0:
         amount = cents(table_amount * (1 - rate))
-        label = f"{rate * 100:.0f}".rstrip("0") if rate * 100 % 10 == 0 else f"{rate * 100:.0f}"
+        label = f"{rate * 100:.0f}"
+        label = label.rstrip("0") if label.endswith("0") else label  # 0.80 -> "8折" (八折), 0.88 -> "88折"
         items.add("DISCOUNT", "", f"会员{label}折（台费）", 1, "", -amount, "MEMBER_DISCOUNT")
         total += amount
     coupon = store.pick("ODS_COUPON", lambda c: c["status"] == "ACTIVE") if plan.coupon and member_id else None

@@ -184,7 +184,8 @@ def make_goods(store: Store, template_index: int | None = None, at: datetime | N
         goods_id = _goods_id(store)
     categories = store.values("ODS_GOODS_CATEGORY")
     category = next((c for c in categories if c["categoryName"] == category_name), None)
-    category = category or rng.choice(categories) if categories else None
+    if category is None and categories:
+        category = rng.choice(categories)
     sale = cents(price)
     specs = []
     if rng.random() < 0.1:
