@@ -138,6 +138,9 @@ class _Run:
         self.consecutive_request_failures = 0
         self.consecutive_write_failures = 0
         self.seq = 0
+        self.release_lock = threading.Lock()
+        self.next_release = 1
+        self.held: dict[int, RowChunk | None] = {}
         self.writer_thread: threading.Thread | None = None
         self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
 
@@ -189,6 +192,7 @@ class _Run:
             elif request is None:
                 return
             if self._stopping():
+                self._dropped(request)
                 self._finish_item(request.scope, failed=True)
                 continue
             self._send(request)
@@ -226,6 +230,7 @@ class _Run:
             payload = self.owner.transport(request, send)
         except Cancelled:
             failed = True  # dropped, not a failure: nothing (more) was sent
+            self._dropped(request)
         except AbortPipeline as exc:
             failed = True
             self._request_failed(request, exc, abort=True)
@@ -238,6 +243,13 @@ class _Run:
             with self.lock:
                 self.timing["request"] += time.monotonic() - t0
             self._finish_item(request.scope, failed=failed)
+
+    def _dropped(self, request: PipelineRequest) -> None:
+        """A request given up on cancel/abort. A detail one counts as ``detail_skipped`` (not fetched, no
+        error), so success + failure + skipped still equals the detail requests created (Property 14)."""
+        if request.is_detail:
+            with self.lock:
+                self.result.detail_skipped += 1
 
     def _request_ok(self, request: PipelineRequest, payload: Any) -> None:
         with self.lock:
@@ -287,6 +299,7 @@ class _Run:
     def _process(self, item: ResponseItem) -> None:
         scope = item.request.scope
         failed = False
+        chunk: RowChunk | None = None
         t0 = time.monotonic()
         try:
             out = self.process_fn(item)
@@ -304,7 +317,7 @@ class _Run:
                 self.frontier.push(follow, follow.scope)
             if out.rows:
                 self.tracker.add(len(out.rows), scope)
-                self.write_q.put(RowChunk(list(out.rows), scope))
+                chunk = RowChunk(list(out.rows), scope)
         except Exception as exc:
             failed = True
             self._record("processing", {
@@ -313,9 +326,23 @@ class _Run:
                 "error": _describe(exc),
             })
         finally:
+            self._release(item.seq, chunk)
             with self.lock:
                 self.timing["processing"] += time.monotonic() - t0
             self._finish_item(scope, failed=failed)
+
+    def _release(self, seq: int, chunk: RowChunk | None) -> None:
+        """Hand rows to the writer in response order, whatever order the workers finish in, so that the
+        content fetched last is written last (upstream-api §1.5) exactly as in the serial loop. Every
+        response calls this once (``chunk`` None when it has no rows); blocking in ``put`` while holding
+        the lock only stalls other workers, never the writer."""
+        with self.release_lock:
+            self.held[seq] = chunk
+            while self.next_release in self.held:
+                ready = self.held.pop(self.next_release)
+                self.next_release += 1
+                if ready is not None:
+                    self.write_q.put(ready)
 
     # ------------------------------------------------------------------ writer callbacks (writer thread)
     def _on_written(self, rows: list, scopes: list, result: WriteResult | None, error: Exception | None) -> None:

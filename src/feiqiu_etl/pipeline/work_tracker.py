@@ -144,13 +144,19 @@ class Frontier(Generic[T]):
 
         Returns ``(item, False)`` for a waiting item, ``(None, True)`` when the caller should pull the
         next seed from its source, ``(None, False)`` when all work is finished.
+
+        With ``has_source`` the open source is the caller's one outstanding item, and the next seed is
+        due only when nothing else is outstanding: a seed's whole tree (pages, details, their rows) is
+        finished before the next seed starts, as in the serial loop. Pulling as soon as the frontier is
+        momentarily empty (a worker still parsing the response that yields the next page) interleaves
+        seeds, changes which content is written last, and mixes scopes in write batches.
         """
         cond = self._tracker.condition
         with cond:
             while True:
                 if self._items:
                     return self._items.popleft(), False
-                if has_source:
+                if has_source and self._tracker._outstanding <= 1:  # noqa: SLF001 - only the source left
                     return None, True
                 if self._tracker._outstanding == 0:  # noqa: SLF001 - same lock, by design
                     return None, False

@@ -1,0 +1,269 @@
+"""``SerialReference``: the plain synchronous loop that ``UnifiedPipeline`` replaces (spec §3.5, Property 9).
+
+One request at a time: send it through the lane, process the response, write its rows (in batches of at
+most ``batch_size``, right away), then take the next request. Follow-ups from ``process_fn`` and from a
+``WriteResult`` join a FIFO frontier that is emptied before the next seed is pulled. Statistics, error
+records and status rules are the engine's, so a run of both on the same responses can be compared
+field by field.
+
+It is the oracle of the equivalence property and the baseline of the benchmarks: keep it short and
+obviously correct, never clever or fast. It starts no threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any, Hashable, Iterable, Iterator
+
+from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
+from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult
+from feiqiu_etl.pipeline.rate_limiter import RateLimiter
+from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
+from feiqiu_etl.pipeline.unified_pipeline import ProcessFn, ScopeFn, Transport, WriteFn, _describe, _safe_params
+
+
+class SerialReference:
+    """Same constructor and ``run()`` contract as :class:`UnifiedPipeline`, executed in the caller's thread."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        config: PipelineConfig,
+        *,
+        lane: RequestScheduler | None = None,
+        cancel_token: CancellationToken | None = None,
+        logger: logging.Logger | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ):
+        self.transport = transport
+        self.config = config
+        self.lane = lane or RequestScheduler()
+        self.cancel_token = cancel_token or CancellationToken()
+        self.logger = logger or logging.getLogger(__name__)
+        self.rate_limiter = rate_limiter or RateLimiter(config.rate_min, config.rate_max, clock=self.lane.clock)
+
+    def run(
+        self,
+        requests: Iterable[PipelineRequest],
+        process_fn: ProcessFn,
+        write_fn: WriteFn,
+        *,
+        on_scope_complete: ScopeFn | None = None,
+    ) -> PipelineResult:
+        """Execute every request and everything it spawns, one after the other; see ``UnifiedPipeline.run``."""
+        if self.cancel_token.is_cancelled:
+            return PipelineResult(status="CANCELLED", cancelled=True)
+        return _SerialRun(self, process_fn, write_fn, on_scope_complete).execute(iter(requests))
+
+
+class _SerialRun:
+    def __init__(self, owner: SerialReference, process_fn: ProcessFn, write_fn: WriteFn, on_scope: ScopeFn | None):
+        self.owner = owner
+        self.cfg = owner.config
+        self.token = owner.cancel_token
+        self.process_fn = process_fn
+        self.write_fn = write_fn
+        self.on_scope = on_scope
+        self.result = PipelineResult()
+        self.frontier: deque[PipelineRequest] = deque()
+        self.open_scopes: dict[Hashable, int] = {}
+        self.failed_scopes: set[Hashable] = set()
+        self.aborted = False
+        self.request_streak = 0
+        self.write_streak = 0
+        self.seq = 0
+        self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
+
+    def execute(self, source: Iterator[PipelineRequest]) -> PipelineResult:
+        started = time.monotonic()
+        while True:
+            if self.frontier:
+                request = self.frontier.popleft()
+            else:
+                request = self._next_seed(source)
+                if request is None:
+                    break
+                self._open(request.scope)
+            if self._stopping():
+                self.result.detail_skipped += int(request.is_detail)  # dropped: never sent
+                self._close(request.scope, failed=True)
+                continue
+            failed = self._handle(request)
+            self._close(request.scope, failed=failed)
+        return self._finish(started)
+
+    # ------------------------------------------------------------------ one request, start to finish
+    def _handle(self, request: PipelineRequest) -> bool:
+        """Send, process and write one request. Returns True if anything about it failed."""
+        t0 = time.monotonic()
+        try:
+            payload = self.owner.transport(request, self._sender())
+        except Cancelled:
+            self.result.detail_skipped += int(request.is_detail)
+            return True
+        except AbortPipeline as exc:
+            self._request_failed(request, exc, abort=True)
+            return True
+        except Exception as exc:
+            self._request_failed(request, exc)
+            return True
+        finally:
+            self.timing["request"] += time.monotonic() - t0
+        self.result.completed_requests += 1
+        self.result.detail_success += int(request.is_detail)
+        self.request_streak = 0
+        self.seq += 1
+        return self._process(ResponseItem(request, payload, self.seq))
+
+    def _sender(self):
+        dispatched = False
+
+        def send(fn, min_wait: float = 0.0):
+            def attempt():
+                nonlocal dispatched
+                if not dispatched:
+                    dispatched = True
+                    self.result.total_requests += 1
+                return fn()
+            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait)
+
+        return send
+
+    def _request_failed(self, request: PipelineRequest, exc: Exception, *, abort: bool = False) -> None:
+        self.result.detail_failure += int(request.is_detail)
+        self.request_streak += 1
+        self._record("request", {
+            "endpoint": request.endpoint, "params": _safe_params(request.params),
+            "is_detail": request.is_detail, "error": _describe(exc),
+        })
+        if abort or self.request_streak >= self.cfg.max_consecutive_failures:
+            self.aborted = True
+
+    def _process(self, item: ResponseItem) -> bool:
+        scope = item.request.scope
+        t0 = time.monotonic()
+        try:
+            out = self.process_fn(item)
+        except Exception as exc:
+            self._record("processing", {
+                "endpoint": item.request.endpoint, "params": _safe_params(item.request.params),
+                "error": _describe(exc),
+            })
+            return True
+        finally:
+            self.timing["processing"] += time.monotonic() - t0
+        if not isinstance(out, ProcessOutput):
+            out = ProcessOutput(rows=list(out or []))
+        self.result.total_fetched += out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
+        for err in out.errors:
+            self._record("processing", {"endpoint": item.request.endpoint, **err})
+        for follow in out.follow_ups:
+            if follow.scope is None:
+                follow.scope = scope
+            self._push(follow)
+        size = self.cfg.batch_size
+        write_failed = [self._write(out.rows[i:i + size], scope) for i in range(0, len(out.rows), size)]
+        return bool(out.errors) or any(write_failed)
+
+    def _write(self, rows: list, scope: Hashable | None) -> bool:
+        t0 = time.monotonic()
+        result: WriteResult | None = None
+        try:
+            result = self.write_fn(rows)
+        except Exception as exc:
+            self._record("write", {"rows": len(rows), "error": _describe(exc)})
+            failed = True
+        else:
+            failed = result is not None and result.errors > 0
+            if failed:
+                self._record("write", {"rows": len(rows), "error": f"{result.errors} row(s) rejected by write_fn"})
+            if result is not None:
+                self._add_counts(result)
+                for follow in result.follow_ups:
+                    if follow.scope is None:
+                        follow.scope = scope
+                    self._push(follow)
+        finally:
+            self.timing["write"] += time.monotonic() - t0
+        self.write_streak = self.write_streak + 1 if failed else 0
+        if self.write_streak >= self.cfg.max_consecutive_failures:
+            self.aborted = True
+        return failed
+
+    # ------------------------------------------------------------------ scopes and bookkeeping
+    def _push(self, request: PipelineRequest) -> None:
+        self._open(request.scope)
+        self.frontier.append(request)
+
+    def _open(self, scope: Hashable | None) -> None:
+        if scope is not None:
+            self.open_scopes[scope] = self.open_scopes.get(scope, 0) + 1
+
+    def _close(self, scope: Hashable | None, *, failed: bool) -> None:
+        """Finish one request of ``scope``; when none is left, report the scope (spec §6.3)."""
+        if scope is None:
+            return
+        if failed:
+            self.failed_scopes.add(scope)
+        self.open_scopes[scope] -= 1
+        if self.open_scopes[scope]:
+            return
+        del self.open_scopes[scope]
+        ok = scope not in self.failed_scopes
+        self.failed_scopes.discard(scope)
+        if self.on_scope is None:
+            return
+        try:
+            extra = self.on_scope(scope, ok)
+        except Exception as exc:
+            self._record("write", {"scope": repr(scope), "error": _describe(exc)})
+        else:
+            if extra is not None:
+                self._add_counts(extra)
+
+    def _add_counts(self, result: WriteResult) -> None:
+        r = self.result
+        r.total_inserted += result.inserted
+        r.total_updated += result.updated
+        r.total_skipped += result.skipped
+        r.total_deleted += result.deleted
+        r.detail_skipped += result.follow_ups_skipped
+
+    def _next_seed(self, source: Iterator[PipelineRequest]) -> PipelineRequest | None:
+        if self._stopping():
+            return None
+        try:
+            return next(source)
+        except StopIteration:
+            return None
+        except Exception as exc:
+            self._record("request", {"stage": "seed", "error": _describe(exc)})
+            return None
+
+    def _stopping(self) -> bool:
+        return self.token.is_cancelled or self.aborted
+
+    def _record(self, stage: str, error: dict[str, Any]) -> None:
+        counter = {"request": "request_failures", "processing": "processing_failures"}.get(stage, "write_failures")
+        setattr(self.result, counter, getattr(self.result, counter) + 1)
+        self.result.errors.append({"stage": stage, **error})
+        self.owner.logger.warning("%s failure: %s", stage, error.get("error"))
+
+    def _finish(self, started: float) -> PipelineResult:
+        r = self.result
+        r.cancelled = self.token.is_cancelled
+        r.timing = {k: round(v, 6) for k, v in self.timing.items()}
+        r.timing["total"] = round(time.monotonic() - started, 6)
+        if self.aborted:
+            r.status = "FAILED"
+        elif r.cancelled:
+            r.status = "CANCELLED"
+        elif r.request_failures + r.processing_failures + r.write_failures > 0:
+            r.status = "PARTIAL"
+        else:
+            r.status = "SUCCESS"
+        return r

@@ -1,0 +1,111 @@
+"""Properties 3 and 4 (spec §5): ``PipelineConfig`` validation and layered loading.
+
+P3 compares construction against an independent statement of the documented rules (spec §3.1 plus the
+engine's stricter ones: integer counts, ``batch_timeout > 0``, rates >= 0, a failure limit >= 1).
+P4 builds random layers — built-in defaults, global ``pipeline.<key>``, the connector's task defaults,
+task-level ``pipeline.<task_code>.<key>`` — with values as numbers or as environment strings, and checks
+the precedence task-level > task default > global > default for every key.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from feiqiu_etl.pipeline.config import PipelineConfig
+
+INT_KEYS = ("workers", "queue_size", "batch_size", "max_consecutive_failures")
+FLOAT_KEYS = ("batch_timeout", "rate_min", "rate_max")
+DEFAULTS = {"workers": 2, "queue_size": 100, "batch_size": 100, "batch_timeout": 5.0,
+            "rate_min": 5.0, "rate_max": 20.0, "max_consecutive_failures": 10}
+
+
+def is_valid(v: dict) -> bool:
+    """The rules, written independently of ``PipelineConfig.__post_init__``."""
+    for k in INT_KEYS:
+        if type(v[k]) is not int or v[k] < 1:
+            return False
+    for k in FLOAT_KEYS:
+        if type(v[k]) not in (int, float) or math.isnan(v[k]):
+            return False
+    return v["batch_timeout"] > 0 and 0 <= v["rate_min"] <= v["rate_max"]
+
+
+COUNTS = st.one_of(st.integers(-3, 3), st.integers(4, 10_000), st.sampled_from([True, 2.0, "3", None]))
+SECONDS = st.one_of(
+    st.sampled_from([0.0, -0.0, 5.0, 20.0, -1.0, 1e-9, math.nan, math.inf]),
+    st.floats(-5, 60, allow_nan=False), st.integers(-2, 30),
+)
+
+
+# Feature: etl-unified-pipeline, Property 3: PipelineConfig 构造与验证
+@given(values=st.fixed_dictionaries({**{k: COUNTS for k in INT_KEYS}, **{k: SECONDS for k in FLOAT_KEYS}}))
+def test_p3_valid_parameters_construct_and_invalid_ones_raise(values):
+    if is_valid(values):
+        config = PipelineConfig(**values)
+        assert {k: getattr(config, k) for k in values} == values
+    else:
+        with pytest.raises(ValueError):
+            PipelineConfig(**values)
+
+
+class Source:
+    """A flat key/value configuration (what ``AppConfig.get`` offers)."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+
+def int_values():
+    return st.integers(1, 64).flatmap(lambda n: st.sampled_from([n, str(n), f" {n} ", float(n)]))
+
+
+def seconds_values():
+    return st.floats(0, 40, allow_nan=False).map(lambda x: round(x, 3)).flatmap(
+        lambda x: st.sampled_from([x, repr(x)]))
+
+
+def layer():
+    """Some of the keys, each as a number or as an environment string."""
+    return st.fixed_dictionaries({}, optional={
+        **{k: int_values() for k in INT_KEYS}, **{k: seconds_values() for k in FLOAT_KEYS}})
+
+
+# Feature: etl-unified-pipeline, Property 4: 配置分层与任务级覆盖
+@given(
+    task_code=st.one_of(st.none(), st.sampled_from(["ODS_GROUP_PACKAGE", "ods_member", "Ods_Settlement"])),
+    global_layer=layer(),
+    task_layer=layer(),
+    task_defaults=layer(),
+    other_task_layer=layer(),
+)
+def test_p4_task_level_beats_task_default_beats_global_beats_default(
+    task_code, global_layer, task_layer, task_defaults, other_task_layer
+):
+    flat = {f"pipeline.{k}": v for k, v in global_layer.items()}
+    flat |= {f"pipeline.ods_other_task.{k}": v for k, v in other_task_layer.items()}  # never applies
+    if task_code:
+        flat |= {f"pipeline.{task_code.lower()}.{k}": v for k, v in task_layer.items()}
+    expected = {}
+    for key, default in DEFAULTS.items():
+        for layer_values in ((task_layer if task_code else {}), task_defaults, global_layer):
+            if key in layer_values:
+                raw = layer_values[key]
+                expected[key] = int(float(raw)) if key in INT_KEYS else float(raw)
+                break
+        else:
+            expected[key] = default
+
+    if is_valid(expected):
+        config = PipelineConfig.from_app_config(Source(flat), task_code, task_defaults)
+        assert {k: getattr(config, k) for k in DEFAULTS} == expected
+        assert all(type(getattr(config, k)) is int for k in INT_KEYS)
+    else:  # e.g. a task-level rate_min above the global rate_max: the merged result is refused
+        with pytest.raises(ValueError):
+            PipelineConfig.from_app_config(Source(flat), task_code, task_defaults)
