@@ -103,6 +103,7 @@ class FlowOptions:
     dwd_tables: list[str] = field(default_factory=list)
     environ: dict[str, str] | None = None
     now: Any = None
+    progress: bool = True
 
 
 def build_runner(options: FlowOptions, dsn: str, token: CancellationToken):
@@ -140,6 +141,9 @@ def execute_flow(options: FlowOptions, dsn: str | None):
     try:
         with database(dsn) as real_dsn, signals_cancel(token):
             runner = build_runner(options, real_dsn, token)
-            return runner.run()
+            from feiqiu_etl.report import live_progress
+
+            with live_progress(runner.progress, enabled=options.progress):
+                return runner.run()
     finally:
         token.dispose()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 
 def render_summary(data: dict, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or Console(width=None if Console().is_terminal else 160)
     table = Table(title=f"run {data['run_id']} — {data['status']}")
     for col in ("task", "site", "status", "requests", "fetched", "inserted", "updated", "skipped", "deleted",
                 "details ok/fail/skip", "errors", "seconds"):
@@ -44,3 +50,37 @@ def render_tasks(connector: str, rows: list[dict], console: Console | None = Non
     for r in rows:
         table.add_row(r["task"], r["kind"], r["endpoint"], r["table"], r["detail_table"] or "")
     console.print(table)
+
+
+def progress_line(progress: dict) -> Text:
+    """One line: tasks done, the running task, requests, outstanding work, queues, next request due."""
+    text = f"tasks {progress['done']}/{progress['total']}"
+    stats = progress.get("stats")
+    if stats and stats.get("running"):
+        lane = stats["lane"]
+        text += (f" | {progress['task']} @ {progress['site_id']}: {lane.requests_sent} requests sent, "
+                 f"{stats['outstanding']} items in flight, queues {stats['processing_queue']}/{stats['write_queue']}, "
+                 f"next request in {lane.next_due_in:.1f} s")
+    return Text(text)
+
+
+@contextmanager
+def live_progress(source: Callable[[], dict], enabled: bool) -> Iterator[None]:
+    """Refresh a one-line progress display on stderr (only on a terminal) while the body runs."""
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        yield
+        return
+    stop = threading.Event()
+    with Live(progress_line(source()), console=console, transient=True, refresh_per_second=4) as live:
+        def refresh() -> None:
+            while not stop.wait(0.25):
+                live.update(progress_line(source()))
+
+        thread = threading.Thread(target=refresh, name="progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(1)

@@ -34,7 +34,9 @@ def test_transient_faults_are_retried_inside_the_lane(sim, pg_dsn):
     assert ods_rows(pg_dsn, "ods.settlement") == expected_rows(sim, SETTLEMENT, site)
     assert ods_rows(pg_dsn, "ods.settlement_item") == expected_detail_rows(sim, SETTLEMENT, site)
     log = sim.request_log()
-    assert sum(1 for e in log if e.fault is not None) == 8
+    kinds = sorted(e.fault for e in log if e.fault is not None and e.fault != "stall")
+    assert kinds == sorted(["http500", "http502", "http503", "http504", "code50001", "http429", "code42901"])
+    # (the stalled request's own log entry may land late: its client gave up after 0.5 s)
     # strictly serial from the server's point of view, even around the stall and the retries
     assert lane_violations(log, FAST["pipeline.rate_min"]) == []
     after_429 = [b for a, b in zip(log, log[1:]) if a.http_status == 429]

@@ -106,7 +106,7 @@ class TaskExecutor:
             task = BaseOdsTask(
                 spec, transport=f.transport_for(site_id), lane=f.lane, dsn=f.dsn, config=f.pipeline_configs[spec.code],
                 run_id=f.run_id, cancel_token=f.cancel_token, logger=logger, windows=f.windows,
-                conventions=f.conventions,
+                conventions=f.conventions, observer=lambda p: f.observe(spec.code, site_id, p),
             )
             run = task.execute(site_id)
             logger.info("done: %s requests=%d fetched=%d inserted=%d updated=%d skipped=%d deleted=%d",
@@ -182,6 +182,25 @@ class FlowRunner:
         timeout = app_config.number("api.timeout", float, minimum=0.1, maximum=600.0)
         self.client = factory(api_base, token, timeout=timeout, retry=retry, rules=envelope_rules(connector))
         self._state = _FlowState()
+        self._current: tuple[str, int, object] | None = None
+        self.completed_tasks = 0
+
+    def observe(self, task_code: str, site_id: int, pipeline) -> None:
+        """Called by a task when its pipeline starts (``pipeline``) and ends (``None``)."""
+        if pipeline is None:
+            self._current = None
+            self.completed_tasks += 1
+        else:
+            self._current = (task_code, site_id, pipeline)
+
+    def progress(self) -> dict:
+        """Live snapshot for progress displays: tasks done/total and the running pipeline's statistics."""
+        current = self._current
+        out = {"done": self.completed_tasks, "total": len(self.specs) * len(self.site_ids) if self.load_ods else 0}
+        if current is not None:
+            code, site, pipeline = current
+            out |= {"task": code, "site_id": site, "stats": pipeline.statistics()}
+        return out
 
     def transport_for(self, site_id: int):
         state = self._state

@@ -18,7 +18,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql, param, sql_type
+from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql, param
 from feiqiu_etl.tasks.dwd.mapping import DwdTable
 
 STAGE = sql.Identifier("pg_temp", "dwd_stage")
@@ -64,18 +64,6 @@ def ods_key_columns(conn: psycopg.Connection, table: DwdTable) -> list[str]:
     return [r[0] for r in rows if r[0] != "site_id"]
 
 
-def _stage_columns(table: DwdTable) -> list[tuple[str, sql.Composable]]:
-    cols: list[tuple[str, sql.Composable]] = [("site_id", sql.SQL("bigint"))]
-    cols += [(c.name, sql_type(c.sql_type)) for c in table.columns]
-    cols.append(("is_deleted", sql.SQL("boolean")))
-    if table.is_dimension:
-        cols.append(("change_hash", sql.SQL("text")))
-    else:
-        cols += [("src_content_hash", sql.SQL("text")), ("src_fetched_at", sql.SQL("timestamptz")),
-                 ("mark", sql.SQL("timestamptz"))]
-    return cols
-
-
 def change_hash_sql(table: DwdTable, alias: str = "c") -> sql.Composed:
     """``md5(jsonb_build_array(<tracked columns in listed order>)::text)`` (warehouse-model §4.1)."""
     cols = sql.SQL(", ").join(sql.Identifier(alias, n) for n in table.tracked)
@@ -83,7 +71,7 @@ def change_hash_sql(table: DwdTable, alias: str = "c") -> sql.Composed:
 
 
 def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None) -> Fragment:
-    """SELECT of the deduplicated, typed source rows in the stage column order."""
+    """SELECT of the deduplicated, typed source rows, with the stage's column names."""
     casts = Fragment.join(", ", (Fragment.of("{} AS {}", cast_sql(c, sql.Identifier("o", "payload")),
                                              sql.Identifier(c.name)) for c in table.columns))
     key_aliases = [sql.Identifier(f"_k{i}") for i in range(len(ods_keys))]
@@ -97,9 +85,9 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None)
     bk = [sql.Identifier("c", "site_id"), *(sql.Identifier("c", k) for k in table.business_key)]
     mapped = sql.SQL(", ").join(sql.Identifier("c", c.name) for c in table.columns)
     if table.is_dimension:
-        extra = sql.SQL("{}").format(change_hash_sql(table))
+        extra = sql.SQL("{} AS change_hash").format(change_hash_sql(table))
     else:
-        extra = sql.SQL("c.content_hash, c.fetched_at, c._mark")
+        extra = sql.SQL("c.content_hash AS src_content_hash, c.fetched_at AS src_fetched_at, c._mark AS mark")
     order = sql.SQL(", ").join([*bk, sql.SQL("c.is_deleted"), sql.SQL("c.fetched_at DESC"),
                                 *(sql.SQL("c.{} DESC").format(a) for a in key_aliases)])
     return Fragment.of(
@@ -116,12 +104,10 @@ def stage_source(conn: psycopg.Connection, table: DwdTable, *, since: datetime |
     not cast (e.g. ``"abc"`` for a money field) raises ``psycopg.errors.DataError`` (or a subclass such as
     ``InvalidTextRepresentation``) and leaves the transaction to be rolled back by the caller.
     """
-    ods_keys = ods_key_columns(conn, table)
+    select = _select_source(table, ods_key_columns(conn, table), since)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
-    defs = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(n), t) for n, t in _stage_columns(table))
-    conn.execute(sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(_STAGE_NAME, defs))
-    select = _select_source(table, ods_keys, since)
-    names = sql.SQL(", ").join(sql.Identifier(n) for n, _ in _stage_columns(table))
-    cur = conn.execute(sql.SQL("INSERT INTO {} ({}) ").format(STAGE, names) + select.sql, select.params)
+    # CREATE TABLE AS (not INSERT … SELECT) lets PostgreSQL scan and cast the source with parallel workers.
+    cur = conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS ").format(_STAGE_NAME) + select.sql,
+                       select.params)
     conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
     return cur.rowcount

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import psycopg
 
@@ -91,6 +91,7 @@ class BaseOdsTask:
         logger: logging.Logger,
         windows: WindowSettings = WindowSettings(),
         conventions: ApiConventions = ApiConventions(),
+        observer: Callable[[UnifiedPipeline | None], None] | None = None,
     ):
         self.spec = spec
         self.transport = transport
@@ -102,6 +103,7 @@ class BaseOdsTask:
         self.logger = logger
         self.window_settings = windows
         self.conv = conventions
+        self.observer = observer
 
     def execute(self, site_id: int) -> TaskRun:
         from feiqiu_etl.db.connection import connect
@@ -128,7 +130,13 @@ class BaseOdsTask:
             seeds = self._seeds(site_id, windows, pending)
             self.logger.info("start: %s, %d window segment(s), %d pending detail(s)",
                              spec.kind, len(windows), len(pending))
-            result = pipeline.run(seeds, processor, writer.write, on_scope_complete=on_scope)
+            if self.observer:
+                self.observer(pipeline)
+            try:
+                result = pipeline.run(seeds, processor, writer.write, on_scope_complete=on_scope)
+            finally:
+                if self.observer:
+                    self.observer(None)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
                        [(fmt(w.start), fmt(w.end)) for w in windows], note.get("snapshot"))
