@@ -25,6 +25,7 @@ from feiqiu_etl.db.connection import connect
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.pipeline.log_buffer import TaskLogBuffer
 from feiqiu_etl.pipeline.models import PipelineRequest
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.tasks.ods.spec import OdsTaskSpec
@@ -97,11 +98,10 @@ class TaskExecutor:
     def run_task(self, spec: OdsTaskSpec, site_id: int) -> TaskRun:
         f = self.flow
         logger = logging.getLogger(f"feiqiu_etl.task.{spec.code}")
-        buffer = _task_log_buffer(spec.code, f.logger)
-        handler = buffer.handler() if buffer is not None else None
-        if handler is not None:
-            logger.addHandler(handler)
-            logger.propagate = False
+        buffer = TaskLogBuffer(spec.code, f.logger)
+        handler = buffer.handler()
+        logger.addHandler(handler)
+        logger.propagate = False
         try:
             task = BaseOdsTask(
                 spec, transport=f.transport_for(site_id), lane=f.lane, dsn=f.dsn, config=f.pipeline_configs[spec.code],
@@ -115,18 +115,9 @@ class TaskExecutor:
                         run.result.total_deleted)
             return run
         finally:
-            if handler is not None:
-                logger.removeHandler(handler)
-                logger.propagate = True
-                buffer.flush()
-
-
-def _task_log_buffer(code: str, parent: logging.Logger):
-    try:
-        from feiqiu_etl.pipeline.log_buffer import TaskLogBuffer
-    except ImportError:  # pragma: no cover - log buffer not available
-        return None
-    return TaskLogBuffer(code, parent)
+            logger.removeHandler(handler)
+            logger.propagate = True
+            buffer.flush()
 
 
 class FlowRunner:
