@@ -1,8 +1,9 @@
 """SCD Type 2 merge of one dimension (warehouse-model §4.2), set-based, in one transaction.
 
-The merge is a handful of set-based statements over the staged source (``staging.stage_source``): update
-type-1 columns in place, close the current rows that changed, were deleted or disappeared, then insert the
-new versions. It compares each key with its *current* row only, takes a per-table advisory lock so two
+The merge is a handful of set-based statements over the staged source (``staging.stage_source``): one
+pass classifies every key against its current row (``_classify``), then three statements apply the result:
+update type-1 columns in place, close the current rows that changed, were deleted or disappeared, and insert
+the new versions. It compares each key with its *current* row only, takes a per-table advisory lock so two
 merges of one dimension never overlap, and refuses a ``now`` that is not after every existing ``valid_from``.
 
 It must never loop over rows in Python, touch a closed row (§4.3 rule 7), or commit part of a merge: any
@@ -48,46 +49,75 @@ def check_now(conn: psycopg.Connection, table: DwdTable, now: datetime) -> None:
         )
 
 
+_DIFF = sql.Identifier("pg_temp", "dwd_diff")
+
+
+def _classify(conn: psycopg.Connection, table: DwdTable) -> None:
+    """One pass comparing every current row with its live source row (warehouse-model §4.2).
+
+    Fills ``pg_temp.dwd_diff`` with the keys that need work, their ``action`` and the source row:
+    ``close`` (deleted or absent from S), ``insert`` (no current row), ``replace`` (tracked hash changed:
+    close and insert) or ``type1`` (same hash, type-1 columns differ). Unchanged keys are left out.
+    """
+    name = table.name
+    sk = sql.Identifier(f"{name}_sk")
+    type1_differs = (sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
+        sql.SQL(", ").join(sql.Identifier("d", c) for c in table.type1),
+        sql.SQL(", ").join(sql.Identifier("s", c) for c in table.type1))
+        if table.type1 else sql.SQL("false"))
+    stmt = sql.SQL(
+        "CREATE TEMP TABLE dwd_diff ON COMMIT DROP AS SELECT * FROM ("
+        " SELECT d.{sk} AS cur_sk, d.version_no AS cur_version,"
+        " CASE WHEN s.site_id IS NULL THEN 'close' WHEN d.{sk} IS NULL THEN 'insert'"
+        " WHEN d.change_hash <> s.change_hash THEN 'replace' WHEN {t1} THEN 'type1' END AS action, s.*"
+        " FROM (SELECT * FROM {t} WHERE is_current) d"
+        " FULL JOIN (SELECT * FROM {stage} WHERE NOT is_deleted) s ON {key}) x"
+        " WHERE action IS NOT NULL"
+    ).format(sk=sk, t1=type1_differs, t=_ident(table), stage=STAGE, key=_same_key(table, "d", "s"))
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_DIFF))
+    conn.execute(stmt)
+    conn.execute(sql.SQL("ANALYZE {}").format(_DIFF))
+
+
 def _update_type1(conn: psycopg.Connection, table: DwdTable, run_id: str) -> int:
-    """Overwrite differing type-1 columns on current rows whose tracked hash is unchanged."""
+    """Overwrite the type-1 columns of the current rows classified ``type1``."""
     if not table.type1:
         return 0
-    sets = sql.SQL(", ").join(sql.SQL("{} = s.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in table.type1)
-    old = sql.SQL(", ").join(sql.Identifier("d", c) for c in table.type1)
-    new = sql.SQL(", ").join(sql.Identifier("s", c) for c in table.type1)
+    sets = sql.SQL(", ").join(sql.SQL("{} = x.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in table.type1)
     stmt = sql.SQL(
-        "UPDATE {} d SET {}, run_id = %s, loaded_at = now() FROM {} s"
-        " WHERE d.is_current AND {} AND NOT s.is_deleted AND d.change_hash = s.change_hash"
-        " AND ROW({}) IS DISTINCT FROM ROW({})"
-    ).format(_ident(table), sets, STAGE, _same_key(table, "d", "s"), old, new)
+        "UPDATE {} d SET {}, run_id = %s, loaded_at = now() FROM {} x WHERE d.{} = x.cur_sk AND x.action = 'type1'"
+    ).format(_ident(table), sets, _DIFF, sql.Identifier(f"{table.name}_sk"))
     return conn.execute(stmt, (run_id,)).rowcount
 
 
 def _close(conn: psycopg.Connection, table: DwdTable, now: datetime) -> int:
-    """Close every current row without a live source row of the same hash (changed, deleted or absent)."""
+    """Close the current rows classified ``close`` or ``replace``: ``valid_to = now``, ``is_current = false``."""
     stmt = sql.SQL(
-        "UPDATE {} d SET valid_to = %s, is_current = false WHERE d.is_current AND NOT EXISTS"
-        " (SELECT 1 FROM {} s WHERE {} AND NOT s.is_deleted AND s.change_hash = d.change_hash)"
-    ).format(_ident(table), STAGE, _same_key(table, "s", "d"))
+        "UPDATE {} d SET valid_to = %s, is_current = false FROM {} x"
+        " WHERE d.{} = x.cur_sk AND x.action IN ('close', 'replace')"
+    ).format(_ident(table), _DIFF, sql.Identifier(f"{table.name}_sk"))
     return conn.execute(stmt, (now,)).rowcount
 
 
 def _insert_versions(conn: psycopg.Connection, table: DwdTable, now: datetime, run_id: str) -> int:
-    """Insert a version for every live source key without a current row; ``version_no`` = previous max + 1."""
+    """Insert the versions classified ``insert`` or ``replace``; ``version_no`` = previous max + 1 (or 1).
+
+    A ``replace`` continues from the version it closes; an ``insert`` (new or revived key) looks the
+    previous maximum up, so a revived key keeps counting (§4.3 rule 5).
+    """
     mapped = ["site_id", *table.column_names]
     target_cols = sql.SQL(", ").join(sql.Identifier(c) for c in (*mapped, "change_hash", "version_no",
                                                                   "valid_from", "valid_to", "is_current",
                                                                   "run_id", "loaded_at"))
-    src_cols = sql.SQL(", ").join(sql.Identifier("s", c) for c in (*mapped, "change_hash"))
-    order = sql.SQL(", ").join(sql.Identifier("s", k) for k in ("site_id", *table.business_key))
+    src_cols = sql.SQL(", ").join(sql.Identifier("x", c) for c in (*mapped, "change_hash"))
+    order = sql.SQL(", ").join(sql.Identifier("x", k) for k in ("site_id", *table.business_key))
     stmt = sql.SQL(
         "INSERT INTO {t} ({cols}) SELECT {src},"
-        " COALESCE((SELECT max(v.version_no) FROM {t} v WHERE {vkey}), 0) + 1, %s, %s, true, %s, now()"
-        " FROM {stage} s WHERE NOT s.is_deleted"
-        " AND NOT EXISTS (SELECT 1 FROM {t} d WHERE d.is_current AND {dkey})"
-        " ORDER BY {order}"
-    ).format(t=_ident(table), cols=target_cols, src=src_cols, vkey=_same_key(table, "v", "s"),
-             stage=STAGE, dkey=_same_key(table, "d", "s"), order=order)
+        " COALESCE(x.cur_version, (SELECT max(v.version_no) FROM {t} v WHERE {vkey}), 0) + 1,"
+        " %s, %s, true, %s, now()"
+        " FROM {diff} x WHERE x.action IN ('insert', 'replace') ORDER BY {order}"
+    ).format(t=_ident(table), cols=target_cols, src=src_cols, vkey=_same_key(table, "v", "x"), diff=_DIFF,
+             order=order)
     return conn.execute(stmt, (now, OPEN_END, run_id)).rowcount
 
 
@@ -107,6 +137,7 @@ def merge_dim_scd2(conn: psycopg.Connection, table: DwdTable, *, now: datetime, 
         table_lock(conn, table)
         check_now(conn, table, now)
         stage_source(conn, table)
+        _classify(conn, table)
         updated = _update_type1(conn, table, run_id)
         closed = _close(conn, table, now)
         inserted = _insert_versions(conn, table, now, run_id)
