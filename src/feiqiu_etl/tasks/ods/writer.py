@@ -72,11 +72,15 @@ class OdsWriter:
                 markers.append(row)
             else:
                 tables.setdefault(row.table, []).append(row)
-        with self.conn.transaction():
-            for table, table_rows in tables.items():
-                self._upsert(self.layouts[table], table_rows, result)
-            for marker in markers:
-                self._detail_done(marker, result)
+        try:
+            with self.conn.transaction():
+                for table, table_rows in tables.items():
+                    self._upsert(self.layouts[table], table_rows, result)
+                for marker in markers:
+                    self._detail_done(marker, result)
+        except BaseException:
+            self._staged.clear()  # staging tables created in the rolled-back transaction are gone
+            raise
         return result
 
     # ------------------------------------------------------------------ upsert

@@ -1,0 +1,59 @@
+import threading
+import time
+
+import pytest
+
+from feiqiu_etl.pipeline import Cancelled, FakeClock, RateLimiter, RequestScheduler
+from feiqiu_etl.pipeline.cancellation import CancellationToken
+
+
+def test_wait_returns_within_50_ms_of_a_cancel_real_clock():
+    limiter = RateLimiter(10.0, 10.0)
+    token = CancellationToken()
+    threading.Timer(0.05, token.cancel).start()
+    t0 = time.monotonic()
+    assert limiter.wait(token.event) is False
+    assert time.monotonic() - t0 < 0.05 + 0.05
+
+
+def test_bounds_and_validation():
+    clock = FakeClock()
+    assert RateLimiter(2.0, 2.0, clock=clock).wait() is True and clock.waits == [2.0]
+    with pytest.raises(ValueError):
+        RateLimiter(3.0, 2.0)
+    pre = CancellationToken()
+    pre.cancel()
+    assert RateLimiter(1, 2, clock=clock).wait(pre.event) is False
+
+
+def test_lane_gap_follows_the_next_request_and_spans_task_boundaries():
+    clock = FakeClock()
+    lane = RequestScheduler(clock)
+    standard, groupbuy = RateLimiter(3, 3, clock=clock), RateLimiter(8, 8, clock=clock)
+    ends = []
+
+    def call(duration):
+        def fn():
+            start = clock.monotonic()
+            clock.advance(duration)
+            ends.append((start, clock.monotonic()))
+        return fn
+
+    lane.send(call(0.5), standard)           # task A, first request of the lane: no wait
+    lane.send(call(0.5), groupbuy)           # task B: its own (8 s) gap, measured from A's response end
+    lane.send(call(0.5), standard)           # back to A: 3 s
+    lane.send(call(0.5), standard, min_wait=6.0)  # a Retry-After hint is a minimum
+    gaps = [b[0] - a[1] for a, b in zip(ends, ends[1:])]
+    assert gaps == [8.0, 3.0, 6.0]
+
+
+def test_cancel_during_lane_wait_raises_and_sends_nothing():
+    lane = RequestScheduler()
+    limiter = RateLimiter(5, 5)
+    token = CancellationToken()
+    lane.send(lambda: None, limiter, token.event)
+    threading.Timer(0.02, token.cancel).start()
+    sent = []
+    with pytest.raises(Cancelled):
+        lane.send(lambda: sent.append(1), limiter, token.event)
+    assert sent == [] and lane.statistics().requests_sent == 1
