@@ -134,12 +134,29 @@ def validate(options: FlowOptions) -> None:
     build_runner(options, "postgresql://validation-only/", CancellationToken()).client.close()
 
 
+def check_database(dsn: str) -> None:
+    """Connect once before any request; an unreachable database is a configuration error (exit 2)."""
+    import psycopg
+
+    from feiqiu_etl.db.connection import connect, redact_dsn
+
+    try:
+        with connect(dsn) as conn:
+            version = conn.info.server_version
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split()) or exc.__class__.__name__
+        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}") from None
+    if version < 130000:
+        raise UsageFailure(f"PostgreSQL >= 13 is required, the server is {version // 10000}")
+
+
 def execute_flow(options: FlowOptions, dsn: str | None):
     """Validate, start the database if needed, run with signal handling and ``--timeout``."""
     validate(options)
     token = CancellationToken(timeout=options.timeout)
     try:
         with database(dsn) as real_dsn, signals_cancel(token):
+            check_database(real_dsn)
             runner = build_runner(options, real_dsn, token)
             from feiqiu_etl.report import live_progress
 

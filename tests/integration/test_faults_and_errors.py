@@ -113,3 +113,16 @@ def test_bad_configuration_exits_2_with_one_line_before_any_request(sim, args, m
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert sim.request_log() == []
+
+
+def test_unreachable_database_is_a_one_line_config_error_without_leaking_the_password(sim):
+    env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token,
+           "ETL_DB_DSN": "postgresql://etl:s3cret-pw@127.0.0.1:1/warehouse?connect_timeout=2"}
+    proc = subprocess.run([sys.executable, "-m", "feiqiu_etl", "run", "--api-base", sim.base_url,
+                           "--site-id", str(sim.config.site_ids[0])], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot connect to PostgreSQL" in lines[0]
+    assert "s3cret-pw" not in proc.stderr + proc.stdout
+    assert sim.request_log() == []
