@@ -319,10 +319,12 @@ class DwdEnv:
             return cur.execute(q).fetchall()
 
     def truncate(self, *tables: str) -> None:
-        """TRUNCATE the given qualified tables (all ODS/DWD/etl_meta tables when none) and reset identities."""
-        if not tables:
-            tables = tuple(r[0] for r in self.conn.execute(
-                "SELECT schemaname || '.' || tablename FROM pg_tables"
-                " WHERE schemaname IN ('ods', 'dwd', 'etl_meta')"))
-        self.conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
-            sql.SQL(", ").join(sql.Identifier(*t.split(".")) for t in tables)))
+        """Empty the given qualified tables and restart their identity columns.
+
+        DELETE rather than TRUNCATE: on the few rows a test writes it is many times faster.
+        """
+        for t in tables:
+            self.conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(*t.split("."))))
+            self.conn.execute(
+                "SELECT setval(pg_get_serial_sequence(%(t)s, attname), 1, false) FROM pg_attribute"
+                " WHERE attrelid = %(t)s::regclass AND attidentity <> ''", {"t": t})

@@ -1,9 +1,10 @@
-"""Cast helpers of warehouse-model §3 as ``psycopg.sql`` fragments with their parameters.
+"""Cast helpers of warehouse-model §3 as ``psycopg.sql`` fragments with their parameters, and SQL names.
 
 ``cast_sql(column)`` turns a mapped :class:`~feiqiu_etl.tasks.dwd.mapping.DwdColumn` into the SQL expression
 that reads it from ``payload``, e.g. ``MNY(salePrice)`` → ``NULLIF(payload->>%s, '')::numeric(12,2)`` with
 parameter ``"salePrice"``. A :class:`Fragment` carries the composed SQL and its parameters, in order, so a
-caller can join fragments and run them as one statement.
+caller can join fragments and run them as one statement. ``target_ident``/``source_ident``/``names``/``same_key``
+compose the table and column names of a mapping.
 
 Rules this module never breaks: identifiers are always ``sql.Identifier``; values that come from a mapping file
 (JSON field names, ``when`` values) are always bound parameters, never pasted into SQL. SQL type names are
@@ -17,7 +18,7 @@ from typing import Any, Iterable
 
 from psycopg import sql
 
-from feiqiu_etl.tasks.dwd.mapping import CAST_TYPES, DwdColumn
+from feiqiu_etl.tasks.dwd.mapping import CAST_TYPES, DwdColumn, DwdTable
 
 # The SQL type names the mapping allows (a closed list), so pasting them is safe.
 _TYPES: frozenset[str] = frozenset().union(*CAST_TYPES.values())
@@ -59,6 +60,27 @@ def sql_type(name: str) -> sql.SQL:
     if name not in _TYPES:
         raise ValueError(f"not an allowed DWD column type: {name!r}")
     return sql.SQL(name)
+
+
+def target_ident(table: DwdTable) -> sql.Identifier:
+    """``"dwd"."dim_member"``."""
+    return sql.Identifier(table.schema, table.name)
+
+
+def source_ident(table: DwdTable) -> sql.Identifier:
+    """``"ods"."member"``."""
+    return sql.Identifier(table.source_schema, table.source_name)
+
+
+def names(columns, alias: str | None = None) -> sql.Composed:
+    """``a, b, c`` (or ``x.a, x.b, x.c`` with ``alias``) as identifiers."""
+    return sql.SQL(", ").join(sql.Identifier(alias, c) if alias else sql.Identifier(c) for c in columns)
+
+
+def same_key(table: DwdTable, left: str, right: str) -> sql.Composed:
+    """``l.site_id = r.site_id AND l.bk = r.bk …`` (composite keys compared column by column)."""
+    return sql.SQL(" AND ").join(
+        sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k)) for k in table.key)
 
 
 def json_text(path: tuple[str, ...], payload: sql.Composable = sql.Identifier("payload")) -> Fragment:

@@ -15,6 +15,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from feiqiu_etl.tasks.dwd.casts import names, target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdTable
 from feiqiu_etl.tasks.dwd.schema import WATERMARK_TABLE
 from feiqiu_etl.tasks.dwd.staging import STAGE, LoadCounts, stage_source, table_lock
@@ -46,10 +47,7 @@ def _write_watermark(conn: psycopg.Connection, table: DwdTable, run_id: str) -> 
 
 def _upsert(conn: psycopg.Connection, table: DwdTable, run_id: str) -> tuple[int, int]:
     """Upsert the staged rows; return (inserted, updated)."""
-    cols = ["site_id", *table.column_names, *_BOOKKEEPING]
-    names = sql.SQL(", ").join(sql.Identifier(c) for c in (*cols, "run_id", "loaded_at"))
-    src = sql.SQL(", ").join(sql.Identifier("s", c) for c in cols)
-    keys = sql.SQL(", ").join(sql.Identifier(k) for k in ("site_id", *table.business_key))
+    cols = ("site_id", *table.column_names, *_BOOKKEEPING)
     updates = sql.SQL(", ").join(
         sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
         for c in (*table.column_names, *_BOOKKEEPING, "run_id", "loaded_at")
@@ -62,9 +60,8 @@ def _upsert(conn: psycopg.Connection, table: DwdTable, run_id: str) -> tuple[int
         " OR f.is_deleted IS DISTINCT FROM EXCLUDED.is_deleted"
         " RETURNING (xmax = 0) AS inserted)"
         " SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM w"
-    ).format(t=sql.Identifier(table.schema, table.name), names=names, src=src, stage=STAGE,
-             order=sql.SQL(", ").join(sql.Identifier("s", k) for k in ("site_id", *table.business_key)),
-             keys=keys, updates=updates)
+    ).format(t=target_ident(table), names=names((*cols, "run_id", "loaded_at")), src=names(cols, "s"),
+             stage=STAGE, order=names(table.key, "s"), keys=names(table.key), updates=updates)
     inserted, updated = conn.execute(stmt, (run_id,)).fetchone()
     return inserted, updated
 

@@ -121,6 +121,16 @@ class DwdTable:
     def is_dimension(self) -> bool:
         return self.kind == "dimension"
 
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The full key: ``("site_id", *business_key)``."""
+        return ("site_id", *self.business_key)
+
+    @property
+    def surrogate_key(self) -> str:
+        """``<dim>_sk``, the identity column of a dimension (warehouse-model §4.1)."""
+        return f"{self.name}_sk"
+
     def column(self, name: str) -> DwdColumn:
         for c in self.columns:
             if c.name == name:
@@ -281,6 +291,9 @@ class DimensionModel(_TableModel):
                       and c not in self.type1]
         if unassigned:
             raise ValueError(f"column(s) {', '.join(unassigned)} are neither tracked nor type-1")
+        surrogate = f"{self.table.split('.', 1)[1]}_sk"
+        if surrogate in by_name:
+            raise ValueError(f"column name {surrogate!r} is reserved for the surrogate key")
         ts = [n for n in self.tracked if by_name[n].type == "timestamptz"]
         if ts:
             raise ValueError(f"timestamptz column(s) {', '.join(ts)} cannot be tracked (warehouse-model §4.1)")

@@ -17,39 +17,28 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from feiqiu_etl.tasks.dwd.casts import names, same_key, target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdTable
 from feiqiu_etl.tasks.dwd.schema import OPEN_END
 from feiqiu_etl.tasks.dwd.staging import STAGE, LoadCounts, stage_source, table_lock
+
+
+_DIFF = sql.Identifier("pg_temp", "dwd_diff")
 
 
 class MergeTimeError(ValueError):
     """``now`` is not after the latest ``valid_from`` of the dimension (warehouse-model §4.2)."""
 
 
-def _ident(table: DwdTable) -> sql.Identifier:
-    return sql.Identifier(table.schema, table.name)
-
-
-def _same_key(table: DwdTable, left: str, right: str) -> sql.Composed:
-    """``l.site_id = r.site_id AND l.bk = r.bk …`` (composite keys compared column by column)."""
-    return sql.SQL(" AND ").join(
-        sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k))
-        for k in ("site_id", *table.business_key)
-    )
-
-
 def check_now(conn: psycopg.Connection, table: DwdTable, now: datetime) -> None:
     """Raise :class:`MergeTimeError` unless ``now`` is after every ``valid_from`` in the dimension."""
-    latest = conn.execute(sql.SQL("SELECT max(valid_from) FROM {}").format(_ident(table))).fetchone()[0]
+    latest = conn.execute(sql.SQL("SELECT max(valid_from) FROM {}").format(target_ident(table))).fetchone()[0]
     if latest is not None and now <= latest:
         shown_now, shown_latest = (t.astimezone(OPEN_END.tzinfo).isoformat() for t in (now, latest))
         raise MergeTimeError(
             f"{table.target}: now {shown_now} is not after the latest valid_from {shown_latest}; "
             "every DWD run needs a later now (warehouse-model §4.2)"
         )
-
-
-_DIFF = sql.Identifier("pg_temp", "dwd_diff")
 
 
 def _classify(conn: psycopg.Connection, table: DwdTable) -> None:
@@ -59,12 +48,11 @@ def _classify(conn: psycopg.Connection, table: DwdTable) -> None:
     ``close`` (deleted or absent from S), ``insert`` (no current row), ``replace`` (tracked hash changed:
     close and insert) or ``type1`` (same hash, type-1 columns differ). Unchanged keys are left out.
     """
-    name = table.name
-    sk = sql.Identifier(f"{name}_sk")
-    type1_differs = (sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
-        sql.SQL(", ").join(sql.Identifier("d", c) for c in table.type1),
-        sql.SQL(", ").join(sql.Identifier("s", c) for c in table.type1))
-        if table.type1 else sql.SQL("false"))
+    sk = sql.Identifier(table.surrogate_key)
+    type1_differs = sql.SQL("false")
+    if table.type1:
+        type1_differs = sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
+            names(table.type1, "d"), names(table.type1, "s"))
     stmt = sql.SQL(
         "CREATE TEMP TABLE dwd_diff ON COMMIT DROP AS SELECT * FROM ("
         " SELECT d.{sk} AS cur_sk, d.version_no AS cur_version,"
@@ -73,7 +61,7 @@ def _classify(conn: psycopg.Connection, table: DwdTable) -> None:
         " FROM (SELECT * FROM {t} WHERE is_current) d"
         " FULL JOIN (SELECT * FROM {stage} WHERE NOT is_deleted) s ON {key}) x"
         " WHERE action IS NOT NULL"
-    ).format(sk=sk, t1=type1_differs, t=_ident(table), stage=STAGE, key=_same_key(table, "d", "s"))
+    ).format(sk=sk, t1=type1_differs, t=target_ident(table), stage=STAGE, key=same_key(table, "d", "s"))
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_DIFF))
     conn.execute(stmt)
     conn.execute(sql.SQL("ANALYZE {}").format(_DIFF))
@@ -86,7 +74,7 @@ def _update_type1(conn: psycopg.Connection, table: DwdTable, run_id: str) -> int
     sets = sql.SQL(", ").join(sql.SQL("{} = x.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in table.type1)
     stmt = sql.SQL(
         "UPDATE {} d SET {}, run_id = %s, loaded_at = now() FROM {} x WHERE d.{} = x.cur_sk AND x.action = 'type1'"
-    ).format(_ident(table), sets, _DIFF, sql.Identifier(f"{table.name}_sk"))
+    ).format(target_ident(table), sets, _DIFF, sql.Identifier(table.surrogate_key))
     return conn.execute(stmt, (run_id,)).rowcount
 
 
@@ -95,7 +83,7 @@ def _close(conn: psycopg.Connection, table: DwdTable, now: datetime) -> int:
     stmt = sql.SQL(
         "UPDATE {} d SET valid_to = %s, is_current = false FROM {} x"
         " WHERE d.{} = x.cur_sk AND x.action IN ('close', 'replace')"
-    ).format(_ident(table), _DIFF, sql.Identifier(f"{table.name}_sk"))
+    ).format(target_ident(table), _DIFF, sql.Identifier(table.surrogate_key))
     return conn.execute(stmt, (now,)).rowcount
 
 
@@ -105,19 +93,15 @@ def _insert_versions(conn: psycopg.Connection, table: DwdTable, now: datetime, r
     A ``replace`` continues from the version it closes; an ``insert`` (new or revived key) looks the
     previous maximum up, so a revived key keeps counting (§4.3 rule 5).
     """
-    mapped = ["site_id", *table.column_names]
-    target_cols = sql.SQL(", ").join(sql.Identifier(c) for c in (*mapped, "change_hash", "version_no",
-                                                                  "valid_from", "valid_to", "is_current",
-                                                                  "run_id", "loaded_at"))
-    src_cols = sql.SQL(", ").join(sql.Identifier("x", c) for c in (*mapped, "change_hash"))
-    order = sql.SQL(", ").join(sql.Identifier("x", k) for k in ("site_id", *table.business_key))
+    mapped = ("site_id", *table.column_names, "change_hash")
+    target_cols = names((*mapped, "version_no", "valid_from", "valid_to", "is_current", "run_id", "loaded_at"))
     stmt = sql.SQL(
         "INSERT INTO {t} ({cols}) SELECT {src},"
         " COALESCE(x.cur_version, (SELECT max(v.version_no) FROM {t} v WHERE {vkey}), 0) + 1,"
         " %s, %s, true, %s, now()"
         " FROM {diff} x WHERE x.action IN ('insert', 'replace') ORDER BY {order}"
-    ).format(t=_ident(table), cols=target_cols, src=src_cols, vkey=_same_key(table, "v", "x"), diff=_DIFF,
-             order=order)
+    ).format(t=target_ident(table), cols=target_cols, src=names(mapped, "x"), vkey=same_key(table, "v", "x"),
+             diff=_DIFF, order=names(table.key, "x"))
     return conn.execute(stmt, (now, OPEN_END, run_id)).rowcount
 
 

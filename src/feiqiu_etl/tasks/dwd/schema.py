@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from feiqiu_etl.db.schema import ensure_schemas
-from feiqiu_etl.tasks.dwd.casts import sql_type
+from feiqiu_etl.tasks.dwd.casts import names, sql_type, target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
 
 DDL_LOCK = "feiqiu_etl.ddl"  # the same advisory lock as db.schema, so DDL of both layers never interleaves
@@ -59,14 +59,6 @@ def table_ddl(table: DwdTable) -> list[sql.Composed]:
     return _dimension_ddl(table) if table.is_dimension else [_fact_ddl(table)]
 
 
-def _ident(table: DwdTable) -> sql.Identifier:
-    return sql.Identifier(table.schema, table.name)
-
-
-def _key_list(table: DwdTable) -> list[sql.Identifier]:
-    return [sql.Identifier("site_id"), *(sql.Identifier(k) for k in table.business_key)]
-
-
 def _mapped_columns(table: DwdTable) -> list[sql.Composed]:
     cols = [sql.SQL("site_id bigint NOT NULL")]
     for c in table.columns:
@@ -77,8 +69,8 @@ def _mapped_columns(table: DwdTable) -> list[sql.Composed]:
 
 def _dimension_ddl(table: DwdTable) -> list[sql.Composed]:
     name = table.name
-    keys = _key_list(table)
-    cols = [sql.SQL("{} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY").format(sql.Identifier(f"{name}_sk"))]
+    keys = names(table.key)
+    cols = [sql.SQL("{} bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY").format(sql.Identifier(table.surrogate_key))]
     cols += _mapped_columns(table)
     cols += [
         sql.SQL("change_hash text NOT NULL"),
@@ -89,18 +81,19 @@ def _dimension_ddl(table: DwdTable) -> list[sql.Composed]:
         sql.SQL("run_id text"),
         sql.SQL("loaded_at timestamptz"),
         sql.SQL("CONSTRAINT {} UNIQUE ({}, valid_from)").format(
-            sql.Identifier(f"{name}_bk_valid_from_uq"), sql.SQL(", ").join(keys)),
+            sql.Identifier(f"{name}_bk_valid_from_uq"), keys),
         sql.SQL("CONSTRAINT {} UNIQUE ({}, version_no)").format(
-            sql.Identifier(f"{name}_bk_version_uq"), sql.SQL(", ").join(keys)),
+            sql.Identifier(f"{name}_bk_version_uq"), keys),
         sql.SQL("CONSTRAINT {} CHECK (valid_from < valid_to)").format(sql.Identifier(f"{name}_valid_range_ck")),
-        # §4.3 rule 1: is_current exactly when valid_to is the open end.
+        # §4.3 rule 1: is_current exactly when valid_to is the open end. DDL cannot take bind parameters, so
+        # this code constant (not mapping data) is quoted by psycopg as a literal.
         sql.SQL("CONSTRAINT {} CHECK (is_current = (valid_to = {}))").format(
             sql.Identifier(f"{name}_current_ck"), sql.Literal(OPEN_END)),
     ]
     return [
-        sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(_ident(table), sql.SQL(", ").join(cols)),
+        sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(target_ident(table), sql.SQL(", ").join(cols)),
         sql.SQL("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({}) WHERE is_current").format(
-            sql.Identifier(f"{name}_current_uq"), _ident(table), sql.SQL(", ").join(keys)),
+            sql.Identifier(f"{name}_current_uq"), target_ident(table), keys),
     ]
 
 
@@ -111,9 +104,9 @@ def _fact_ddl(table: DwdTable) -> sql.Composed:
         sql.SQL("src_fetched_at timestamptz"),
         sql.SQL("run_id text"),
         sql.SQL("loaded_at timestamptz"),
-        sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(_key_list(table))),
+        sql.SQL("PRIMARY KEY ({})").format(names(table.key)),
     ]
-    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(_ident(table), sql.SQL(", ").join(cols))
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(target_ident(table), sql.SQL(", ").join(cols))
 
 
 def _check_columns(conn: psycopg.Connection, table: DwdTable) -> None:

@@ -1,8 +1,9 @@
 """Stage one DWD table's source: cast the ODS payloads and keep one row per business key, in a temp table.
 
-Both loaders start here (and share ``table_lock`` and ``LoadCounts`` from here). ``stage_source`` fills ``pg_temp.dwd_stage`` (dropped at commit) with the typed
-columns of the mapping (warehouse-model §3), the ODS ``is_deleted`` flag, and either the SCD2 ``change_hash``
-(dimensions, §4.1) or the fact bookkeeping (``src_content_hash``, ``src_fetched_at``, ``mark``; §5.1).
+Both loaders start here (and share ``table_lock`` and ``LoadCounts`` from here). ``stage_source`` fills
+``pg_temp.dwd_stage`` (dropped at commit) with the typed columns of the mapping (warehouse-model §3), the ODS
+``is_deleted`` flag, and either the SCD2 ``change_hash`` (dimensions, §4.1) or the fact bookkeeping
+(``src_content_hash``, ``src_fetched_at``, ``mark``; §5.1).
 Several ODS rows mapping to the same business key are resolved deterministically: a live row beats a deleted
 one (a key is deleted only when every row for it is), then the latest ``fetched_at``, then the greatest ODS
 primary key. The merge steps after this only read the temp table, so the casts run once per load.
@@ -18,7 +19,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql, param
+from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql, names, param, source_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdTable
 
 STAGE = sql.Identifier("pg_temp", "dwd_stage")
@@ -66,8 +67,7 @@ def ods_key_columns(conn: psycopg.Connection, table: DwdTable) -> list[str]:
 
 def change_hash_sql(table: DwdTable, alias: str = "c") -> sql.Composed:
     """``md5(jsonb_build_array(<tracked columns in listed order>)::text)`` (warehouse-model §4.1)."""
-    cols = sql.SQL(", ").join(sql.Identifier(alias, n) for n in table.tracked)
-    return sql.SQL("md5(jsonb_build_array({})::text)").format(cols)
+    return sql.SQL("md5(jsonb_build_array({})::text)").format(names(table.tracked, alias))
 
 
 def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None) -> Fragment:
@@ -80,10 +80,9 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None)
     where = Fragment.of(" WHERE {} >= {}", MARK, param(since)) if since is not None else Fragment(sql.SQL(""))
     inner = Fragment.of(
         "SELECT o.site_id, {}, o.is_deleted, o.content_hash, o.fetched_at, {} AS _mark{} FROM {} o{}",
-        casts, MARK, ods_key_sel, sql.Identifier(table.source_schema, table.source_name), where,
+        casts, MARK, ods_key_sel, source_ident(table), where,
     )
-    bk = [sql.Identifier("c", "site_id"), *(sql.Identifier("c", k) for k in table.business_key)]
-    mapped = sql.SQL(", ").join(sql.Identifier("c", c.name) for c in table.columns)
+    bk = [sql.Identifier("c", k) for k in table.key]
     if table.is_dimension:
         extra = sql.SQL("{} AS change_hash").format(change_hash_sql(table))
     else:
@@ -92,7 +91,7 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None)
                                 *(sql.SQL("c.{} DESC").format(a) for a in key_aliases)])
     return Fragment.of(
         "SELECT DISTINCT ON ({}) c.site_id, {}, c.is_deleted, {} FROM ({}) c ORDER BY {}",
-        sql.SQL(", ").join(bk), mapped, extra, inner, order,
+        sql.SQL(", ").join(bk), names(table.column_names, "c"), extra, inner, order,
     )
 
 
