@@ -156,3 +156,14 @@ def test_ddl_is_idempotent_and_checks_existing_tables(env):
     env.conn.execute("ALTER TABLE dwd.dim_goods DROP COLUMN barcode")
     with pytest.raises(DwdSchemaError, match="dwd.dim_goods exists but lacks mapped column"):
         ensure_dwd_tables(env.conn, env.mapping)
+
+
+def test_missing_source_or_target_table_fails_that_table_only(env):
+    env.conn.execute("DROP TABLE ods.refund")
+    env.conn.execute("DROP TABLE dwd.dim_table_area")
+    summary = task(env, at(100)).load(only_tables=["dwd_refund", "dim_table_area", "dim_table"])
+    errors = {e["table"]: e["error"] for e in summary.errors}
+    assert errors["dwd_refund"] == (
+        "SourceTableError: dwd.dwd_refund: source table ods.refund does not exist or has no primary key")
+    assert errors["dim_table_area"].startswith("UndefinedTable: ") and "dim_table_area" in errors["dim_table_area"]
+    assert summary.succeeded == 1
