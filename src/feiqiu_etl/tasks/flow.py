@@ -166,6 +166,7 @@ class FlowRunner:
         self.pipeline_configs: dict[str, PipelineConfig] = {
             s.code: app_config.pipeline_config(s.code, s.pipeline) for s in self.specs
         }
+        self.dwd_mapping = self._dwd_mapping() if load_dwd else None
         self.lane = RequestScheduler()
         factory = client_factory or APIClient
         retry = RetryPolicy(attempts=app_config.number("api.retry_attempts", int, minimum=1, maximum=20),
@@ -247,10 +248,22 @@ class FlowRunner:
             return "store not authorised for this token (40103)"
         return None
 
-    def _run_dwd(self) -> dict:
-        from feiqiu_etl.tasks.dwd import DwdLoadTask, ensure_dwd_tables, load_dwd_mapping
+    def _dwd_mapping(self):
+        """Load and check the DWD mapping and ``dwd_tables`` up front (raises ``ValueError``)."""
+        from feiqiu_etl.tasks.dwd import load_dwd_mapping
 
-        mapping = load_dwd_mapping(self.connector.dwd_mapping_path())
+        path = self.connector.dwd_mapping_path()
+        if path is None:
+            raise ValueError(f"connector {self.connector.name} has no dwd_mapping; use --no-dwd")
+        mapping = load_dwd_mapping(path)
+        mapping.select(self.dwd_tables)
+        self.config.number("dwd.parallel_workers", int, minimum=1, maximum=64)
+        return mapping
+
+    def _run_dwd(self) -> dict:
+        from feiqiu_etl.tasks.dwd import DwdLoadTask, ensure_dwd_tables
+
+        mapping = self.dwd_mapping
         with connect(self.dsn) as conn:
             ensure_dwd_tables(conn, mapping)
         workers = self.config.number("dwd.parallel_workers", int, minimum=1, maximum=64)
