@@ -51,7 +51,7 @@ def test_connector_errors_name_file_task_and_field(tmp_path):
     with pytest.raises(ConnectorError) as info:
         load_connector(bad)
     text = str(info.value)
-    assert str(bad) in text and "tasks[0] (ODS_A)" in text and "keys.0.type" in text
+    assert str(bad) in text and "tasks[0] (ODS_A).keys[0] (id).type" in text
     (tmp_path / "y.yaml").write_text("tasks: [", encoding="utf-8")
     with pytest.raises(ConnectorError, match="invalid YAML"):
         load_connector(tmp_path / "y.yaml")

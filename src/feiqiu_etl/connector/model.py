@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from feiqiu_etl.connector.yamldoc import describe, read_yaml
 from feiqiu_etl.tasks.ods.spec import DetailSpec, KeyColumn, OdsTaskSpec
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -285,35 +285,14 @@ def default_connector_path() -> Path:
 def load_connector(path: str | Path | None = None) -> Connector:
     """Load and validate a connector YAML (default: the bundled Feiqiu connector).
 
-    Raises :class:`ConnectorError` with ``"<file>: tasks[3] (ODS_X).keys.0.type: <problem>"``.
+    Raises :class:`ConnectorError` with ``"<file>: tasks[3] (ODS_X).keys[0] (memberId).type: <problem>"``.
     """
     p = Path(path) if path else default_connector_path()
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConnectorError(f"{p}: cannot read connector file: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConnectorError(f"{p}: invalid YAML: {' '.join(str(exc).split())}") from None
+    raw = read_yaml(p, ConnectorError, "connector file")
     if not isinstance(raw, dict):
         raise ConnectorError(f"{p}: a connector file must be a YAML mapping")
     try:
         model = ConnectorModel.model_validate(raw)
     except ValidationError as exc:
-        raise ConnectorError(f"{p}: {_describe(exc, raw)}") from None
+        raise ConnectorError(f"{p}: {describe(exc, raw, root='connector')}") from None
     return Connector(model, p)
-
-
-def _describe(exc: ValidationError, raw: dict) -> str:
-    err = exc.errors()[0]
-    loc = list(err["loc"])
-    where = []
-    if len(loc) >= 2 and loc[0] == "tasks" and isinstance(loc[1], int):
-        tasks = raw.get("tasks") or []
-        code = tasks[loc[1]].get("code") if loc[1] < len(tasks) and isinstance(tasks[loc[1]], dict) else None
-        where.append(f"tasks[{loc[1]}]" + (f" ({code})" if code else ""))
-        loc = loc[2:]
-    if loc:
-        where.append(".".join(str(x) for x in loc))
-    msg = err["msg"].removeprefix("Value error, ")
-    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{' '.join(where) or 'connector'}: {msg}{more}"

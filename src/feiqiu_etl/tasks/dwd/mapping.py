@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from feiqiu_etl.connector.yamldoc import describe, read_yaml
 
 CastName = Literal["TXT", "INT", "ID", "REF", "SREF", "MNY", "DEC", "TS", "DT", "BOOL", "JSONB"]
 SqlType = Literal[
@@ -336,13 +337,7 @@ def load_dwd_mapping(path: str | Path | None = None) -> DwdMapping:
     ``"feiqiu.dwd.yaml: dimensions[0] (dwd.dim_member).columns[7] (gender): cast INT produces …"``.
     """
     p = Path(path) if path else default_mapping_path()
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DwdMappingError(f"{p}: cannot read DWD mapping: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise DwdMappingError(f"{p}: invalid YAML: {' '.join(str(exc).split())}") from None
-    return parse_dwd_mapping(raw, p)
+    return parse_dwd_mapping(read_yaml(p, DwdMappingError, "DWD mapping"), p)
 
 
 def parse_dwd_mapping(raw: object, source: Path | None = None) -> DwdMapping:
@@ -353,43 +348,9 @@ def parse_dwd_mapping(raw: object, source: Path | None = None) -> DwdMapping:
     try:
         model = MappingModel.model_validate(raw)
     except ValidationError as exc:
-        raise DwdMappingError(f"{where}: {_describe(exc, raw)}") from None
+        raise DwdMappingError(f"{where}: {describe(exc, raw, root='mapping')}") from None
     return DwdMapping(
         dimensions=tuple(d.to_table() for d in model.dimensions),
         facts=tuple(f.to_table() for f in model.facts),
         source_file=source,
     )
-
-
-def _named(items: object, index: object, key: str) -> str:
-    """``"[3] (name)"`` when ``items[index][key]`` exists, else ``"[3]"``."""
-    if isinstance(items, list) and isinstance(index, int) and index < len(items) and isinstance(items[index], dict):
-        name = items[index].get(key)
-        if name:
-            return f"[{index}] ({name})"
-    return f"[{index}]"
-
-
-def _describe(exc: ValidationError, raw: dict) -> str:
-    """First pydantic error as ``dimensions[0] (dwd.dim_x).columns[2] (col).type: problem``."""
-    err = exc.errors()[0]
-    loc = list(err["loc"])
-    parts: list[str] = []
-    node: object = raw
-    while loc:
-        head = loc.pop(0)
-        if isinstance(head, int):
-            key = "table" if parts and parts[-1] in ("dimensions", "facts") else "column"
-            parts[-1] += _named(node, head, key)
-        else:
-            parts.append(str(head))
-        node = node[head] if isinstance(node, (dict, list)) and _has(node, head) else None
-    msg = err["msg"].removeprefix("Value error, ")
-    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{'.'.join(parts) or 'mapping'}: {msg}{more}"
-
-
-def _has(node: dict | list, key: object) -> bool:
-    if isinstance(node, dict):
-        return key in node
-    return isinstance(key, int) and 0 <= key < len(node)

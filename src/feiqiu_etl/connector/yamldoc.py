@@ -1,0 +1,57 @@
+"""Reading YAML definition files (connector, DWD mapping) and turning pydantic errors into one line that
+names the file, the item and the field: ``feiqiu.yaml: tasks[3] (ODS_X).keys[0] (memberId).type: …``.
+No network or database I/O."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+NAME_KEYS = ("code", "table", "name", "column", "field")
+
+
+def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
+    """Parse ``path``; raise ``error("<path>: cannot read <what>: …")`` or ``"<path>: invalid YAML: …"``."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+
+
+def describe(exc: ValidationError, raw: Any, *, root: str = "document") -> str:
+    """The first pydantic error as ``items[0] (name).field[2] (name).key: problem (and N more)``."""
+    err = exc.errors()[0]
+    parts: list[str] = []
+    node: Any = raw
+    for head in err["loc"]:
+        if isinstance(head, int) and parts:
+            parts[-1] += _named(node, head)
+        else:
+            parts.append(str(head))
+        node = _child(node, head)
+    msg = err["msg"].removeprefix("Value error, ")
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{'.'.join(parts) or root}: {msg}{more}"
+
+
+def _named(items: Any, index: int) -> str:
+    """``"[3] (name)"`` when ``items[index]`` has a naming key, else ``"[3]"``."""
+    item = _child(items, index)
+    if isinstance(item, dict):
+        for key in NAME_KEYS:
+            if isinstance(item.get(key), str) and item[key]:
+                return f"[{index}] ({item[key]})"
+    return f"[{index}]"
+
+
+def _child(node: Any, key: Any) -> Any:
+    if isinstance(node, dict):
+        return node.get(key)
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
