@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from feiqiu_etl.flowcli import EXIT_USAGE, UsageFailure, database, signals_cancel
+from feiqiu_etl.flowcli import UsageFailure, database
 
 EXIT_CODES = {"SUCCESS": 0, "PARTIAL": 3, "FAILED": 4, "CANCELLED": 5}
 
@@ -176,6 +176,33 @@ def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, no_risk_
 
     risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, enabled=not no_risk_control)
     serve_forever(SimulatorConfig(seed=seed, scale=scale, days=days, host=host, port=port, risk=risk))
+
+
+@main.command()
+@click.argument("query")
+@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: the embedded server")
+@click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
+def sql(query, dsn, as_json) -> None:
+    """Run one read-only SQL QUERY against the warehouse and print the rows (e.g. after the demo)."""
+    import psycopg
+
+    from feiqiu_etl.db.connection import connect
+
+    with database(dsn) as real_dsn:
+        try:
+            with connect(real_dsn) as conn:
+                conn.read_only = True
+                cur = conn.execute(query)
+                columns = [d.name for d in cur.description or []]
+                rows = cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise UsageFailure(" ".join(str(exc).split())) from None
+    if as_json:
+        click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
+        return
+    from feiqiu_etl.report import render_rows
+
+    render_rows(columns, rows)
 
 
 @main.command("tasks")

@@ -42,6 +42,14 @@ def render_summary(data: dict, console: Console | None = None) -> None:
         console.print(d)
 
 
+def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:
+    console = console or Console(width=None if Console().is_terminal else 160)
+    table = Table(*columns, title=f"{len(rows)} row(s)")
+    for row in rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    console.print(table)
+
+
 def render_tasks(connector: str, rows: list[dict], console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=f"connector {connector}: {len(rows)} tasks")

@@ -80,3 +80,15 @@ def test_cli_dwd_only_with_selected_tables_sends_no_request(pg_dsn):
         assert sim.request_log() == []
         bad = subprocess.run([*base, "--dwd-tables", "dim_nope"], capture_output=True, text=True, env=env, timeout=60)
         assert bad.returncode == 2 and "dim_nope" in bad.stderr and sim.request_log() == []
+
+
+def test_sql_command_reads_but_never_writes(pg_dsn):
+    with Simulator(sim_config(seed=9)) as sim:
+        assert run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"]).status == "SUCCESS"
+        members = len(sim.dataset.records("ODS_MEMBER", sim.config.site_ids[0]))
+    base = [sys.executable, "-m", "feiqiu_etl", "sql", "--dsn", pg_dsn]
+    ok = subprocess.run([*base, "--json", "SELECT count(*) AS n FROM ods.member"], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": members}]
+    denied = subprocess.run([*base, "DELETE FROM ods.member"], capture_output=True, text=True, timeout=60)
+    assert denied.returncode == 2 and "read-only" in denied.stderr
