@@ -34,15 +34,36 @@ def is_valid(v: dict) -> bool:
     return v["batch_timeout"] > 0 and 0 <= v["rate_min"] <= v["rate_max"]
 
 
-COUNTS = st.one_of(st.integers(-3, 3), st.integers(4, 10_000), st.sampled_from([True, 2.0, "3", None]))
-SECONDS = st.one_of(
-    st.sampled_from([0.0, -0.0, 5.0, 20.0, -1.0, 1e-9, math.nan, math.inf]),
-    st.floats(-5, 60, allow_nan=False), st.integers(-2, 30),
-)
+VALID = {
+    "workers": st.integers(1, 64), "queue_size": st.integers(1, 10_000), "batch_size": st.integers(1, 10_000),
+    "max_consecutive_failures": st.integers(1, 100),
+    "batch_timeout": st.one_of(st.sampled_from([1e-9, 5.0, 1]), st.floats(1e-6, 600.0)),
+}
+BROKEN = {  # just past each rule's boundary, plus wrong types
+    **{k: st.sampled_from([0, 0, -1, True, 2.0, "3", None]) for k in INT_KEYS},
+    "batch_timeout": st.sampled_from([0.0, -0.0, -1e-9, -1.0, math.nan, "5", None]),
+    "rate_min": st.sampled_from([-1e-9, -1.0, math.nan, None, "5"]),
+    "rate_max": st.sampled_from([-1.0, math.nan, None]),
+}
+
+
+@st.composite
+def config_values(draw) -> dict:
+    """A valid configuration with zero, one or two fields broken at a boundary (or rate_min > rate_max)."""
+    values = {k: draw(v) for k, v in VALID.items()}
+    values["rate_min"] = draw(st.one_of(st.sampled_from([0, 0.0, 5.0]), st.floats(0.0, 60.0)))
+    gap = draw(st.one_of(st.sampled_from([0.0, 1e-9, 15.0, math.inf]), st.floats(0.0, 60.0)))
+    values["rate_max"] = values["rate_min"] + gap
+    if draw(st.booleans()) and gap > 0:  # swap: rate_min just above rate_max
+        values["rate_min"], values["rate_max"] = values["rate_max"], values["rate_min"]
+    broken = draw(st.sampled_from([0, 1, 1, 2]))
+    for key in draw(st.sets(st.sampled_from(sorted(BROKEN)), min_size=broken, max_size=broken)):
+        values[key] = draw(BROKEN[key])
+    return values
 
 
 # Feature: etl-unified-pipeline, Property 3: PipelineConfig 构造与验证
-@given(values=st.fixed_dictionaries({**{k: COUNTS for k in INT_KEYS}, **{k: SECONDS for k in FLOAT_KEYS}}))
+@given(values=config_values())
 def test_p3_valid_parameters_construct_and_invalid_ones_raise(values):
     if is_valid(values):
         config = PipelineConfig(**values)
