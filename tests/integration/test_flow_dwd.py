@@ -10,13 +10,12 @@ import sys
 from datetime import timedelta
 
 import psycopg
-import pytest
 
 from dwd_support import scd2_violations
 from feiqiu_etl.simulator import Simulator
 from feiqiu_etl.tasks.dwd import load_dwd_mapping
 from feiqiu_etl.tasks.ods.windows import fmt
-from flowkit import ANCHOR, FAST, run_flow, sim_config
+from flowkit import ANCHOR, run_flow, sim_config
 
 MAPPING = load_dwd_mapping()
 WINDOW = dict(window_start=fmt(ANCHOR - timedelta(days=2)), window_end=fmt(ANCHOR + timedelta(days=1)))

@@ -9,7 +9,7 @@ import pytest
 
 from feiqiu_etl.simulator import Simulator
 from feiqiu_etl.tasks.ods.windows import fmt
-from flowkit import ANCHOR, CONNECTOR, expected_rows, ods_rows, run_flow, sim_config
+from flowkit import ANCHOR, CONNECTOR, ods_rows, run_flow, sim_config
 
 WINDOW = dict(window_start=fmt(ANCHOR - timedelta(days=2)), window_end=fmt(ANCHOR + timedelta(days=1)))
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dwd_support import BUILDERS, DwdEnv, at, ods_layouts, payload
+from dwd_support import DwdEnv, at, ods_layouts, payload
 from feiqiu_etl.tasks.dwd import DwdLoadTask, load_dwd_mapping
 
 MAPPING = load_dwd_mapping()

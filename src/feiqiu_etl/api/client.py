@@ -16,7 +16,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import timezone
 from typing import Any, Callable
 
 import httpx
