@@ -87,7 +87,7 @@ def copy_checkout(dest: Path) -> None:
 
 def falsifying(output: str) -> str:
     """The 'Failing test case' / 'Falsifying example' block hypothesis printed, squeezed to one line."""
-    for marker in ("Failing test case:", "Falsifying example:"):
+    for marker in ("Failing test case:", "Falsifying example:", "Failing explicit example:"):
         if marker in output:
             block = output[output.index(marker):].split("\n\n")[0]
             lines = [re.sub(r"^[\s|E+]*", "", ln).strip() for ln in block.splitlines()]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from feiqiu_etl.pipeline.config import PipelineConfig
@@ -40,7 +40,7 @@ VALID = {
     "batch_timeout": st.one_of(st.sampled_from([1e-9, 5.0, 1]), st.floats(1e-6, 600.0)),
 }
 BROKEN = {  # just past each rule's boundary, plus wrong types
-    **{k: st.sampled_from([0, 0, -1, True, 2.0, "3", None]) for k in INT_KEYS},
+    **{k: st.sampled_from([0, 0, 0, -1, True, 2.0, "3", None]) for k in INT_KEYS},
     "batch_timeout": st.sampled_from([0.0, -0.0, -1e-9, -1.0, math.nan, "5", None]),
     "rate_min": st.sampled_from([-1e-9, -1.0, math.nan, None, "5"]),
     "rate_max": st.sampled_from([-1.0, math.nan, None]),
@@ -54,16 +54,32 @@ def config_values(draw) -> dict:
     values["rate_min"] = draw(st.one_of(st.sampled_from([0, 0.0, 5.0]), st.floats(0.0, 60.0)))
     gap = draw(st.one_of(st.sampled_from([0.0, 1e-9, 15.0, math.inf]), st.floats(0.0, 60.0)))
     values["rate_max"] = values["rate_min"] + gap
-    if draw(st.booleans()) and gap > 0:  # swap: rate_min just above rate_max
+    if draw(st.sampled_from([False, False, False, True])) and gap > 0:  # swap: rate_min just above rate_max
         values["rate_min"], values["rate_max"] = values["rate_max"], values["rate_min"]
-    broken = draw(st.sampled_from([0, 1, 1, 2]))
+    broken = draw(st.sampled_from([0, 1, 1, 1, 2]))
     for key in draw(st.sets(st.sampled_from(sorted(BROKEN)), min_size=broken, max_size=broken)):
         values[key] = draw(BROKEN[key])
     return values
 
 
+GOOD = {"workers": 1, "queue_size": 1, "batch_size": 1, "max_consecutive_failures": 1, "batch_timeout": 1e-9,
+        "rate_min": 0.0, "rate_max": 0.0}
+EDGES = [GOOD, {**GOOD, "rate_min": 5.0, "rate_max": 5.0}, {**GOOD, "rate_min": 5.0 + 1e-9, "rate_max": 5.0},
+         {**GOOD, "rate_min": -1e-9}, {**GOOD, "batch_timeout": 0.0}] + [{**GOOD, k: 0} for k in INT_KEYS]
+
+
+def with_examples(cases: list[dict]):
+    """Run the smallest valid values and each rule one step past its boundary in every run."""
+    def apply(test):
+        for values in reversed(cases):
+            test = example(values=values)(test)
+        return test
+    return apply
+
+
 # Feature: etl-unified-pipeline, Property 3: PipelineConfig 构造与验证
 @given(values=config_values())
+@with_examples(EDGES)
 def test_p3_valid_parameters_construct_and_invalid_ones_raise(values):
     if is_valid(values):
         config = PipelineConfig(**values)

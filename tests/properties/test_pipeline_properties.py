@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from feiqiu_etl.pipeline import CancellationToken, FakeClock, PipelineRequest, WriteResult
@@ -91,6 +91,15 @@ def test_p6_write_fn_never_gets_more_than_batch_size_rows(seeds, config):
     assert sum(len(b) for b in up.batches) == len(expected_run(seeds).rows) == result.total_inserted
 
 
+# two list pages, the first with a detail per row: every cancel point has something left to drop
+EDGE_TREE = (
+    Node("p1", False, (Row(1, 0), Row(2, 0)), children=(Node("p2", False, (Row(3, 0),)),),
+         row_children=((Node("d1", True, (Row(4, 0),)),), (Node("d2", True, (Row(5, 0),)),))),
+    Node("s2", False, (Row(6, 0),)),
+)
+EDGE_CONFIG = PipelineConfig(workers=2, queue_size=1, batch_size=1, batch_timeout=60.0, rate_min=1.0, rate_max=2.0)
+
+
 # Feature: etl-unified-pipeline, Property 8: 取消后已入队数据不丢失
 @given(
     seeds=forests(fail=FAILURES, retry=RETRY_HINTS, max_nodes=24),
@@ -98,6 +107,12 @@ def test_p6_write_fn_never_gets_more_than_batch_size_rows(seeds, config):
     point=CANCEL_POINTS,
     k=st.sampled_from([0, 0, 1, 1, 2, 3, 5, 8, 12]),
 )
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, point="before", k=0)
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, point="request", k=0)  # during the first request
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, point="gap", k=0)      # during the first gap
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, point="process", k=0)
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, point="write", k=0)
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, point="request", k=5)  # during the last request
 def test_p8_cancel_sends_nothing_more_and_writes_everything_fetched(seeds, config, point, k):
     clock = HookedClock()
     token = CancellationToken()
@@ -252,11 +267,19 @@ class TransactionalTable:
 POISON = st.sampled_from([None, None, None, "poison"])
 
 
+def poisoned(*flags: str | None) -> tuple[Node, ...]:
+    """Two list pages whose rows carry ``flags`` (first page) and one clean row (second page)."""
+    return (Node("a", False, tuple(Row(i, 0, f) for i, f in enumerate(flags)), children=(Node("b", False, (Row(9, 0),)),)),)
+
+
 # Feature: etl-unified-pipeline, Property 13: 写入失败回滚当前批次
 @given(
     seeds=forests(max_nodes=20, max_seeds=6, row_flag=POISON, detail_width=0),
     config=pipeline_configs(batch_size=(1, 5)),
 )
+@example(seeds=poisoned("poison", None, None), config=replace(EDGE_CONFIG, batch_size=2))  # the first row
+@example(seeds=poisoned(None, None, "poison"), config=replace(EDGE_CONFIG, batch_size=2))  # the last row
+@example(seeds=poisoned("poison", "poison", "poison"), config=replace(EDGE_CONFIG, batch_size=1))  # every row
 def test_p13_failed_batch_leaves_nothing_and_later_batches_commit(seeds, config):
     table = TransactionalTable()
     up = FakeUpstream(seeds, FakeClock())
@@ -287,6 +310,8 @@ def test_p13_failed_batch_leaves_nothing_and_later_batches_commit(seeds, config)
     point=st.sampled_from([None, "request", "gap", "process", "write"]),
     k=st.integers(0, 4),
 )
+@example(seeds=EDGE_TREE, config=EDGE_CONFIG, limit=1000, point="process", k=0)  # details dropped by a cancel
+@example(seeds=poisoned("poison", "poison"), config=EDGE_CONFIG, limit=1, point=None, k=0)  # abort on a write
 def test_p14_statistics_are_complete_and_consistent(seeds, config, limit, point, k):
     """Any run — failures of every kind, aborts at low thresholds, cancels at any point — keeps its books."""
     config = replace(config, max_consecutive_failures=limit)
