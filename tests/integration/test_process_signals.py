@@ -110,3 +110,17 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(live_sim, pg_dsn, kill_afte
         assert conn.execute("SELECT count(*) FROM etl_meta.detail_pending").fetchone()[0] == 0
     print(f"kill after {kill_after} (sent {killed_requests}): resume {resume_seconds:.2f} s, "
           f"{len(live_sim.request_log())} requests")
+
+
+def test_a_failed_first_segment_is_fetched_by_the_next_incremental_run(live_sim, pg_dsn):
+    site = live_sim.config.site_ids[0]
+    settings = {**RESUME, "window.initial_days": 2}
+    live_sim.inject(path="/api/payment/list", kind="http500", count=3)  # the first segment's only attempts
+    first = run_flow(live_sim, pg_dsn, window=False, tasks=["ODS_PAYMENT"], overrides=settings)
+    assert first.status == "PARTIAL"
+    start, end = first.tasks[0].windows[0]
+    assert live_sim.dataset.window("ODS_PAYMENT", site, start, end), "the failed segment must hold payments"
+    second = run_flow(live_sim, pg_dsn, window=False, tasks=["ODS_PAYMENT"], overrides=settings)
+    assert second.status == "SUCCESS"
+    assert second.tasks[0].windows and second.tasks[0].windows[0] == first.tasks[0].windows[0]
+    assert ods_rows(pg_dsn, "ods.payment") == _expected(live_sim)["ods.payment"]

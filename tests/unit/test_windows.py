@@ -45,3 +45,13 @@ def test_bad_windows_are_rejected():
         Window(T0, T0)
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         parse_local("2024/03/01")
+
+
+def test_a_failed_first_segment_stays_a_gap():
+    now = T0 + timedelta(days=8)
+    done = [Window(T0 + timedelta(days=1), T0 + timedelta(days=8))]  # day 0 failed in an earlier run
+    plan = plan_incremental(now, done, lookback=timedelta(0), initial=timedelta(days=8), horizon=T0)
+    assert plan == [Window(T0, T0 + timedelta(days=1))]
+    # everything failed so far: the whole horizon is fetched again
+    assert plan_incremental(now, [], lookback=timedelta(0), initial=timedelta(days=1), horizon=T0) == [
+        Window(T0, now)]

@@ -2,8 +2,8 @@
 
 ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key columns come from the
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
-``etl_meta`` holds run bookkeeping: runs, completed window segments (resume from the gaps) and
-detail requests still owed (retried on the next run).
+``etl_meta`` holds run bookkeeping: runs, completed window segments and the earliest start ever planned
+incrementally (together: resume from the gaps) and detail requests still owed (retried on the next run).
 """
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ CREATE TABLE IF NOT EXISTS etl_meta.window_progress (
     completed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (connector, task_code, site_id, window_start, window_end),
     CHECK (window_start < window_end)
+);
+CREATE TABLE IF NOT EXISTS etl_meta.window_horizon (
+    connector     text NOT NULL,
+    task_code     text NOT NULL,
+    site_id       bigint NOT NULL,
+    horizon_start timestamptz NOT NULL,
+    PRIMARY KEY (connector, task_code, site_id)
 );
 CREATE TABLE IF NOT EXISTS etl_meta.detail_pending (
     connector   text NOT NULL,

@@ -143,21 +143,31 @@ class BaseOdsTask:
 
     # ----------------------------------------------------------------- planning
     def _plan_windows(self, conn: psycopg.Connection, site_id: int) -> list[Window]:
+        """Explicit window, or the incremental plan; the incremental horizon is recorded before any
+        request so that a segment that fails is still a gap for the next run."""
         ws = self.window_settings
         max_segment = min(ws.segment, self.conv.max_window)
         if ws.explicit is not None:
             return split(ws.explicit, max_segment)
+        key = (self.conv.connector, self.spec.code, site_id)
         done = [
             Window(from_aware(a), from_aware(b))
             for a, b in conn.execute(
                 "SELECT window_start, window_end FROM etl_meta.window_progress "
-                "WHERE connector = %s AND task_code = %s AND site_id = %s",
-                (self.conv.connector, self.spec.code, site_id),
-            ).fetchall()
+                "WHERE connector = %s AND task_code = %s AND site_id = %s", key).fetchall()
         ]
-        conn.commit()
+        row = conn.execute("SELECT horizon_start FROM etl_meta.window_horizon "
+                           "WHERE connector = %s AND task_code = %s AND site_id = %s", key).fetchone()
         now = ws.now or local_now()
-        planned = plan_incremental(now, done, lookback=ws.lookback, initial=ws.initial)
+        planned = plan_incremental(now, done, lookback=ws.lookback, initial=ws.initial,
+                                   horizon=from_aware(row[0]) if row else None)
+        if planned:
+            conn.execute(
+                "INSERT INTO etl_meta.window_horizon (connector, task_code, site_id, horizon_start) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) "
+                "DO UPDATE SET horizon_start = LEAST(window_horizon.horizon_start, EXCLUDED.horizon_start)",
+                (*key, to_aware(planned[0].start)))
+        conn.commit()
         return [seg for w in planned for seg in split(w, max_segment)]
 
     def _pending_details(self, conn: psycopg.Connection, site_id: int) -> list[PipelineRequest]:

@@ -106,20 +106,27 @@ def plan_incremental(
     *,
     lookback: timedelta,
     initial: timedelta,
+    horizon: datetime | None = None,
 ) -> list[Window]:
     """Windows to fetch for a (site, task) without an explicit window (resume from the gaps).
 
-    * nothing done yet: ``[now - initial, now)``;
-    * otherwise every gap between the first completed start and the high-water mark, plus
+    ``horizon`` is the earliest start any incremental run of this (site, task) ever planned: everything
+    from there on that is not in ``done`` is a gap, even before the first completed segment (a failed
+    first segment must not be forgotten).
+
+    * nothing planned before: ``[now - initial, now)``;
+    * otherwise every gap between the horizon and the high-water mark (last completed end), plus
       ``[high_water - lookback, now)`` (upstream-api.md Q13: a look-back catches late changes).
     Returned merged and sorted; split them with :func:`split`.
     """
-    if not done:
-        return [Window(now - initial, now)] if initial > timedelta(0) else []
     merged = merge(done)
-    horizon = Window(merged[0].start, max(merged[-1].end, merged[0].start + timedelta(seconds=1)))
-    parts = subtract(horizon, merged)
-    tail_start = min(merged[-1].end - lookback, now)
+    starts = [w.start for w in merged[:1]] + ([horizon] if horizon is not None else [])
+    if not starts:
+        return [Window(now - initial, now)] if initial > timedelta(0) else []
+    start = min(starts)
+    high_water = merged[-1].end if merged else start
+    parts = subtract(Window(start, high_water), merged) if high_water > start else []
+    tail_start = max(start, min(high_water - lookback, now))
     if tail_start < now:
-        parts.append(Window(max(tail_start, merged[0].start), now))
+        parts.append(Window(tail_start, now))
     return merge(parts)
