@@ -65,6 +65,11 @@ def test_repeated_page_and_page_cap_are_errors():
     nxt = p(item(page)).follow_ups[0]
     again = p(ResponseItem(nxt, page, 2))
     assert again.follow_ups == [] and "loop detected" in again.errors[0]["error"]
+    # A, B, A: a page that repeats any earlier page of the listing, not only the previous one
+    other = {"code": 0, "data": {"total": 9, "list": [settlement(3), settlement(4)]}}
+    b = p(ResponseItem(nxt, other, 2)).follow_ups[0]
+    a_again = p(ResponseItem(b, page, 3))
+    assert a_again.follow_ups == [] and "page 3 repeats page 1" in a_again.errors[0]["error"]
     capped = p(item(page, page=5))
     assert capped.follow_ups == [] and "page cap" in capped.errors[0]["error"]
 
@@ -116,3 +121,35 @@ def test_detail_response_rows_carry_parent_and_end_with_marker():
     assert [r.keys for r in out.rows[:-1]] == [("PKG1", 1), ("PKG1", 2)]
     marker = out.rows[-1]
     assert isinstance(marker, DetailDone) and marker.seen == [("PKG1", 1), ("PKG1", 2)]
+
+
+def _deep(n):
+    node = {}
+    for _ in range(n):
+        node = {"x": node}
+    return node
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "\ud800", _deep(5000)])
+def test_one_bad_record_on_a_full_page_loses_only_that_record(bad):
+    p = processor("ODS_SETTLEMENT")
+    page = [settlement(1), settlement(2, remark=bad), settlement(3)]
+    out = p(item({"code": 0, "data": {"total": 9, "list": page}}, limit=3))
+    assert [r.keys for r in out.rows] == [(1,), (3,)]
+    assert len(out.errors) == 1 and out.follow_ups[0].params["page"] == 2
+
+
+def test_foreign_store_and_foreign_parent_are_record_errors():
+    p = processor("ODS_SETTLEMENT")
+    out = p(item({"code": 0, "data": {"total": 3, "list": [
+        settlement(1), settlement(2, siteId=99), settlement(3, siteId=True), settlement(4, siteId=str(SITE))]}},
+        limit=200))
+    assert [r.keys for r in out.rows] == [(1,), (4,)] and all(r.site_id == SITE for r in out.rows)
+    assert "not the requested store" in out.errors[0]["error"]
+    d = processor("ODS_GROUP_PACKAGE")
+    detail = d(item({"code": 0, "data": {"package": {"contents": [
+        {"packageId": "PKG1", "contentId": 1}, {"packageId": "PKG2", "contentId": 1}]}}},
+        code="ODS_GROUP_PACKAGE", is_detail=True, detail_id="PKG1",
+        context={"parent_value": "PKG1", "parent_key": "PKG1"}))
+    assert [r.keys for r in detail.rows] == [("PKG1", 1)] and "not the requested parent" in detail.errors[0]["error"]
+    assert not any(isinstance(r, DetailDone) for r in detail.rows)  # an incomplete detail never soft-deletes

@@ -8,6 +8,7 @@ record-level processing failure; the rest of the page continues.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -88,6 +89,7 @@ class OdsProcessor:
     layouts: dict[str, TableLayout]
     max_pages: int
     page_param: str = "page"
+    site_field: str = "siteId"
     snapshot: SnapshotState | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
 
@@ -109,21 +111,25 @@ class OdsProcessor:
         layout = self.layouts[self.spec.table]
         out = ProcessOutput(fetched=len(records))
         keys: list[tuple] = []
+        signature: list[str] = []
         for index, record in enumerate(records):
             try:
                 row = self._row(record, layout, fetched_at, req.scope, window_field=self.spec.window_field)
-            except ValueError as exc:
-                out.errors.append(_record_error(req, index, record, exc))
+            except (ValueError, RecursionError) as exc:
+                error = _record_error(req, index, record, exc)
+                out.errors.append(error)
+                signature.append(error["error"])
                 continue
             row.wants_detail = self.spec.detail is not None
             keys.append(row.keys)
+            signature.append(row.content_hash)
             out.rows.append(row)
         if out.errors and self.snapshot is not None:
             self.snapshot.problem("a record could not be processed")
         short = len(records) < (req.page_size or 0)
         if self.snapshot is not None:
             self.snapshot.page(total, keys, short)
-        nxt = self._next_page(req, records, short)
+        nxt = self._next_page(req, records, short, hash_text("\n".join(signature)))
         if isinstance(nxt, str):
             out.errors.append({"error": nxt, "params": dict(req.params)})
             if self.snapshot is not None:
@@ -132,18 +138,21 @@ class OdsProcessor:
             out.follow_ups.append(nxt)
         return out
 
-    def _next_page(self, req: PipelineRequest, records: list, short: bool) -> PipelineRequest | str | None:
+    def _next_page(self, req: PipelineRequest, records: list, short: bool, digest: str) -> PipelineRequest | str | None:
+        """The next page's request, None at the end of data (first short page), or an error text for a
+        page that repeats an earlier page of the same listing or exceeds the page cap (singer-sdk style)."""
         if short or not records:
             return None
         page = int(req.params.get(self.page_param, 1))
-        digest = hash_text(canonical_json(records))
-        if req.context.get("prev_page_digest") == digest:
-            return f"loop detected in pagination: page {page} repeats page {page - 1}"
+        seen: dict[str, int] = req.context.get("seen_pages") or {}
+        if digest in seen:
+            return f"loop detected in pagination: page {page} repeats page {seen[digest]}"
         if page >= self.max_pages:
             return f"page cap reached ({self.max_pages} pages); listing stopped"
+        seen[digest] = page  # shared by the pages of one listing, which are processed one at a time
         params = dict(req.params)
         params[self.page_param] = page + 1
-        return replace(req, params=params, context={**req.context, "prev_page_digest": digest})
+        return replace(req, params=params, context={**req.context, "seen_pages": seen})
 
     # ----------------------------------------------------------------- details
     def _detail(self, item: ResponseItem) -> ProcessOutput:
@@ -161,7 +170,10 @@ class OdsProcessor:
                 record = {**record, d.parent.field: req.detail_id}
             try:
                 row = self._row(record, layout, fetched_at, req.scope)
-            except ValueError as exc:
+                if d.parent.convert(row.record.get(d.parent.field)) != parent_value:
+                    raise ValueError(f"{d.parent.field} {row.record.get(d.parent.field)!r} is not the requested "
+                                     f"parent {parent_value!r}")
+            except (ValueError, RecursionError) as exc:
                 out.errors.append(_record_error(req, index, record, exc))
                 continue
             seen.append(row.keys)
@@ -179,10 +191,10 @@ class OdsProcessor:
         record = strip_nul(record)
         keys = tuple(k.convert(record.get(k.field)) for k in layout.keys)
         extra = tuple(k.convert(record.get(k.field)) for k in layout.extra)
-        site = record.get("siteId", self.site_id)
-        site_id = int(site) if isinstance(site, int) or (isinstance(site, str) and site.isdigit()) else None
-        if site_id is None or isinstance(site, bool):
-            raise ValueError(f"siteId is not an integer: {site!r}")
+        site = record.get(self.site_field, self.site_id)
+        if isinstance(site, bool) or (site != self.site_id and str(site) != str(self.site_id)):
+            raise ValueError(f"{self.site_field} {site!r} is not the requested store {self.site_id}")
+        site_id = self.site_id
         window = None
         if window_field:
             raw = record.get(window_field)
@@ -197,9 +209,14 @@ class OdsProcessor:
         )
 
 
-def _record_error(req: PipelineRequest, index: int, record: Any, exc: Exception) -> dict:
-    return {
-        "error": f"record {index}: {exc}",
-        "params": {k: v for k, v in req.params.items()},
-        "record": canonical_json(record)[:300] if isinstance(record, (dict, list)) else repr(record)[:300],
-    }
+def _record_error(req: PipelineRequest, index: int, record: Any, exc: BaseException) -> dict:
+    reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+    return {"error": f"record {index}: {reason}", "params": dict(req.params), "record": _preview(record)}
+
+
+def _preview(record: Any, limit: int = 300) -> str:
+    """A short, always printable excerpt of a record for error reports."""
+    try:
+        return json.dumps(record, ensure_ascii=True, allow_nan=True, default=repr)[:limit]
+    except (ValueError, RecursionError):
+        return f"<{type(record).__name__} that cannot be shown>"

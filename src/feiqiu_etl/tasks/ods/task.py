@@ -118,7 +118,8 @@ class BaseOdsTask:
                                detail_scope_follows_rows=not spec.is_snapshot)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
-                                     page_param=self.conv.page_param, snapshot=snapshot)
+                                     page_param=self.conv.page_param, site_field=self.conv.site_param,
+                                     snapshot=snapshot)
             pipeline = UnifiedPipeline(self.transport, self.config, lane=self.lane,
                                        cancel_token=self.cancel_token, logger=self.logger)
             run_started = datetime.now(timezone.utc)
