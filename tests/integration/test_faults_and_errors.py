@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import sys
 
 import psycopg
@@ -126,3 +127,14 @@ def test_unreachable_database_is_a_one_line_config_error_without_leaking_the_pas
     assert len(lines) == 1 and "cannot connect to PostgreSQL" in lines[0]
     assert "s3cret-pw" not in proc.stderr + proc.stdout
     assert sim.request_log() == []
+
+
+def test_timeouts_never_make_two_requests_overlap_at_the_server(sim, pg_dsn):
+    sim.inject(path="/api/payment/list", kind="stall", count=3, stall_seconds=0.45)
+    result = run_flow(sim, pg_dsn, tasks=["ODS_PAYMENT", "ODS_REFUND"], overrides={"api.timeout": 0.25})
+    statuses = {t.task_code: t.result.status for t in result.tasks}
+    assert statuses == {"ODS_PAYMENT": "PARTIAL", "ODS_REFUND": "SUCCESS"}
+    time.sleep(0.5)  # let the last stalled response finish so that its log entry is complete
+    log = sorted(sim.request_log(), key=lambda e: e.started)
+    assert [e for e in log if e.outcome == "rejected"] == []
+    assert all(b.started >= a.ended for a, b in zip(log, log[1:]))

@@ -57,3 +57,25 @@ def test_cancel_during_lane_wait_raises_and_sends_nothing():
     with pytest.raises(Cancelled):
         lane.send(lambda: sent.append(1), limiter, token.event)
     assert sent == [] and lane.statistics().requests_sent == 1
+
+
+def test_a_timed_out_request_holds_the_lane_for_the_next_request_of_any_task():
+    clock = FakeClock()
+    lane = RequestScheduler(clock)
+    limiter = RateLimiter(1, 1, clock=clock)
+
+    class Timeout(Exception):
+        hold_lane_seconds = 60.0
+
+    def timed_out():
+        clock.advance(30)
+        raise Timeout()
+
+    with pytest.raises(Timeout):
+        lane.send(timed_out, limiter)
+    ended = clock.monotonic()
+    starts = []
+    lane.send(lambda: starts.append(clock.monotonic()), RateLimiter(0, 0, clock=clock))  # another task, no gap
+    lane.send(lambda: starts.append(clock.monotonic()), limiter)
+    assert starts[0] - ended >= 60.0  # held, although that task's own gap is 0
+    assert starts[1] - starts[0] == 1.0  # the hold applies once

@@ -29,6 +29,9 @@ from feiqiu_etl.api.errors import (
 from feiqiu_etl.pipeline.models import PipelineRequest
 
 
+TIMEOUT_HOLD_FACTOR = 2.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retry settings: ``attempts`` in total; backoff ``base * 2**(n-1)`` s capped at ``max_backoff``,
@@ -141,10 +144,11 @@ class APIClient:
         try:
             resp = self._http.post(endpoint, content=content, headers={"Authorization": f"Bearer {self.__token}"})
         except httpx.TimeoutException as exc:
-            # The server may still be working on it: wait as long again before retrying, so that the
-            # retry does not overlap it (upstream-api.md §2.2 rule 1).
+            # The server may still be working on it (pages can take up to 10 s, upstream-api.md §2.3):
+            # keep the lane closed for twice the timeout so that no next request, retry or not,
+            # overlaps it (§2.2 rule 1: an overlap is a violation; three ban the token).
             raise TransportFailure(f"timeout: {exc.__class__.__name__}", endpoint=endpoint,
-                                   retry_after=self._timeout) from None
+                                   hold_lane_seconds=TIMEOUT_HOLD_FACTOR * self._timeout) from None
         except httpx.HTTPError as exc:
             raise TransportFailure(f"transport error: {exc.__class__.__name__}", endpoint=endpoint) from None
         return self._interpret(endpoint, resp)

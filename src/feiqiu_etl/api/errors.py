@@ -62,9 +62,14 @@ class ServerError(ApiError):
 
 
 class TransportFailure(ApiError):
-    """Connection error or timeout (no complete response)."""
+    """Connection error or timeout (no complete response). ``hold_lane_seconds`` > 0 asks the lane to
+    send nothing for that long (after a timeout the server may still be processing the request)."""
 
     retryable = True
+
+    def __init__(self, message: str, *, hold_lane_seconds: float = 0.0, **kw):
+        super().__init__(message, **kw)
+        self.hold_lane_seconds = hold_lane_seconds
 
 
 class MalformedResponse(ApiError):

@@ -6,7 +6,10 @@ Every request of every task of a flow goes through ``send()``. The lane guarante
 * the gap before a request is drawn from *that request's* limiter (its task's configuration) and is
   measured from the end of the previous response, across task boundaries too (ENGINE-NOTES);
 * a retry hint (``min_wait``, e.g. ``Retry-After``) is a minimum: the wait is ``max(gap, min_wait)``;
-* waits are cancellable: on cancel ``send`` raises ``Cancelled`` without sending.
+* waits are cancellable: on cancel ``send`` raises ``Cancelled`` without sending;
+* a request that failed with an exception carrying ``hold_lane_seconds`` (e.g. a client timeout: the
+  server may still be working on it) keeps the lane closed that long after it ended, for whatever
+  request comes next — a retry or another task's request.
 
 It never retries by itself and knows nothing of HTTP.
 """
@@ -47,6 +50,7 @@ class RequestScheduler:
         self._in_flight = False
         self._last_gap = 0.0
         self._due: float | None = None
+        self._hold_until: float | None = None
         self._cancelled_waits = 0
 
     @property
@@ -79,6 +83,8 @@ class RequestScheduler:
                 base = self._last_end if self._last_end is not None else None
                 now = self._clock.monotonic()
                 due = (base + gap) if base is not None else (now + min_wait)
+                if self._hold_until is not None:
+                    due = max(due, self._hold_until)
                 self._due = due
                 self._last_gap = gap
             remaining = due - now
@@ -93,11 +99,16 @@ class RequestScheduler:
                 self._in_flight = True
                 self._due = None
                 self._sent += 1
+            hold = 0.0
             try:
                 return fn()
+            except BaseException as exc:
+                hold = float(getattr(exc, "hold_lane_seconds", 0.0) or 0.0)
+                raise
             finally:
                 with self._state:
                     self._last_end = self._clock.monotonic()
+                    self._hold_until = self._last_end + hold if hold > 0 else None
                     self._in_flight = False
 
     def statistics(self) -> LaneStatistics:
