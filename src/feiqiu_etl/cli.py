@@ -18,6 +18,7 @@ import click
 from feiqiu_etl.flowcli import UsageFailure, database
 
 EXIT_CODES = {"SUCCESS": 0, "PARTIAL": 3, "FAILED": 4, "CANCELLED": 5}
+MAX_TIMEOUT = 30 * 86400.0
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -45,7 +46,7 @@ def _parse_sites(values: tuple[str, ...]) -> list[int]:
             part = part.strip()
             if not part:
                 continue
-            if not part.isdigit() or int(part) >= 2**53:
+            if not (part.isascii() and part.isdigit()) or not 0 < int(part) < 2**53:
                 raise UsageFailure(f"--site-id must be a positive integer below 2^53, got {part!r}")
             sites.append(int(part))
     if not sites:
@@ -123,8 +124,8 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
         raise UsageFailure("no API token: set FEIQIU_API_TOKEN or pass --token")
     if no_dwd and dwd_only:
         raise UsageFailure("--no-dwd and --dwd-only exclude each other")
-    if timeout is not None and timeout <= 0:
-        raise UsageFailure("--timeout must be > 0 seconds")
+    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT:
+        raise UsageFailure(f"--timeout must be > 0 and <= {MAX_TIMEOUT:g} seconds, got {timeout:g}")
     options = FlowOptions(
         api_base=api_base, token=token, site_ids=_parse_sites(site_ids),
         task_codes=[c for c in tasks_csv.split(",") if c.strip()], connector_path=connector_path,

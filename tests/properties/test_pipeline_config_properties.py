@@ -23,13 +23,17 @@ DEFAULTS = {"workers": 2, "queue_size": 100, "batch_size": 100, "batch_timeout":
             "rate_min": 5.0, "rate_max": 20.0, "max_consecutive_failures": 10}
 
 
+UPPER = {"workers": 256, "queue_size": 1_000_000, "batch_size": 1_000_000, "max_consecutive_failures": 1_000_000,
+         "batch_timeout": 3600.0, "rate_min": 86400.0, "rate_max": 86400.0}
+
+
 def is_valid(v: dict) -> bool:
-    """The rules, written independently of ``PipelineConfig.__post_init__``."""
+    """The rules, written independently of ``PipelineConfig.__post_init__`` (README: sane upper limits)."""
     for k in INT_KEYS:
-        if type(v[k]) is not int or v[k] < 1:
+        if type(v[k]) is not int or not 1 <= v[k] <= UPPER[k]:
             return False
     for k in FLOAT_KEYS:
-        if type(v[k]) not in (int, float) or math.isnan(v[k]):
+        if type(v[k]) not in (int, float) or not math.isfinite(v[k]) or v[k] > UPPER[k]:
             return False
     return v["batch_timeout"] > 0 and 0 <= v["rate_min"] <= v["rate_max"]
 
@@ -39,11 +43,11 @@ VALID = {
     "max_consecutive_failures": st.integers(1, 100),
     "batch_timeout": st.one_of(st.sampled_from([1e-9, 5.0, 1]), st.floats(1e-6, 600.0)),
 }
-BROKEN = {  # just past each rule's boundary, plus wrong types
-    **{k: st.sampled_from([0, 0, 0, -1, True, 2.0, "3", None]) for k in INT_KEYS},
-    "batch_timeout": st.sampled_from([0.0, -0.0, -1e-9, -1.0, math.nan, "5", None]),
+BROKEN = {  # just past each rule's boundary (both ends), plus wrong types and non-finite values
+    **{k: st.sampled_from([0, 0, 0, -1, True, 2.0, "3", None, UPPER[k] + 1]) for k in INT_KEYS},
+    "batch_timeout": st.sampled_from([0.0, -0.0, -1e-9, -1.0, math.nan, math.inf, 3600.001, "5", None]),
     "rate_min": st.sampled_from([-1e-9, -1.0, math.nan, None, "5"]),
-    "rate_max": st.sampled_from([-1.0, math.nan, None]),
+    "rate_max": st.sampled_from([-1.0, math.nan, math.inf, 86400.5, None]),
 }
 
 
@@ -52,7 +56,7 @@ def config_values(draw) -> dict:
     """A valid configuration with zero, one or two fields broken at a boundary (or rate_min > rate_max)."""
     values = {k: draw(v) for k, v in VALID.items()}
     values["rate_min"] = draw(st.one_of(st.sampled_from([0, 0.0, 5.0]), st.floats(0.0, 60.0)))
-    gap = draw(st.one_of(st.sampled_from([0.0, 1e-9, 15.0, math.inf]), st.floats(0.0, 60.0)))
+    gap = draw(st.one_of(st.sampled_from([0.0, 1e-9, 15.0, math.inf, 86400.0]), st.floats(0.0, 60.0)))
     values["rate_max"] = values["rate_min"] + gap
     if draw(st.sampled_from([False, False, False, True])) and gap > 0:  # swap: rate_min just above rate_max
         values["rate_min"], values["rate_max"] = values["rate_max"], values["rate_min"]

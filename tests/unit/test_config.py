@@ -57,3 +57,47 @@ def test_connector_errors_name_file_task_and_field(tmp_path):
         load_connector(tmp_path / "y.yaml")
     with pytest.raises(ConnectorError, match="cannot read"):
         load_connector(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("key,value", [
+    ("pipeline.rate_max", "inf"), ("pipeline.rate_min", "nan"), ("pipeline.batch_timeout", "1e300"),
+    ("pipeline.workers", "100000"), ("pipeline.rate_max", "1e9"),
+])
+def test_non_finite_and_absurd_values_are_rejected(key, value):
+    cfg = AppConfig.load(task_codes=CODES, environ={}, overrides={key: value})
+    with pytest.raises(ConfigError):
+        cfg.pipeline_config("ODS_MEMBER")
+
+
+@pytest.mark.parametrize("key", ["api.retry_backoff", "api.timeout", "window.lookback_hours"])
+def test_number_rejects_nan_and_inf(key):
+    for bad in ("nan", "inf", "-inf"):
+        cfg = AppConfig.load(task_codes=CODES, environ={}, overrides={key: bad})
+        with pytest.raises(ConfigError, match="finite"):
+            cfg.number(key, float, minimum=0, maximum=1e6)
+
+
+@pytest.mark.parametrize("patch,match", [
+    ("keys: [{field: siteId, column: site_id, type: bigint}]", "reserved"),
+    ("keys: [{field: a, column: payload, type: text}]", "reserved"),
+    ("keys: [{field: a, column: x, type: text}, {field: b, column: x, type: text}]", "repeat"),
+    ("table: etl_meta.run\n    keys: [{field: a, column: a, type: text}]", "schema"),
+    ("table: pg_catalog.pg_class\n    keys: [{field: a, column: a, type: text}]", "schema"),
+    ("window_field: fetchedAt\n    kind: windowed\n    keys: [{field: a, column: a, type: text}]", "reserved"),
+])
+def test_connector_column_collisions_are_one_line_errors(tmp_path, patch, match):
+    kind = "" if "kind:" in patch else "    kind: snapshot\n"
+    text = f"name: x\ntasks:\n  - code: ODS_A\n    endpoint: /a\n{kind}    {patch}\n"
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConnectorError, match=match) as info:
+        load_connector(path)
+    assert "\n" not in str(info.value)
+
+
+def test_connector_window_max_days_has_a_floor(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\napi: {window: {max_days: 0.000001}}\ntasks:\n  - {code: ODS_A, endpoint: /a, "
+                    "kind: snapshot, keys: [{field: a, column: a, type: text}]}\n", encoding="utf-8")
+    with pytest.raises(ConnectorError, match="max_days"):
+        load_connector(path)

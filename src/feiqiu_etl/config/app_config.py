@@ -14,6 +14,7 @@ Environment names (spec §4.1): ``PIPELINE_WORKERS`` → ``pipeline.workers``; t
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -101,8 +102,10 @@ class AppConfig:
             value = kind(raw) if kind is float else int(str(raw).strip())
         except (TypeError, ValueError):
             raise ConfigError(f"{key}: expected {kind.__name__}, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {raw!r}")
         if minimum is not None and value < minimum or maximum is not None and value > maximum:
-            raise ConfigError(f"{key}: {value} is outside [{minimum}, {maximum}]")
+            raise ConfigError(f"{key}: {value:g} is outside [{minimum:g}, {maximum:g}]")
         return value
 
     def pipeline_config(self, task_code: str, task_defaults: Mapping[str, Any] | None = None) -> PipelineConfig:

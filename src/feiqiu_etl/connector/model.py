@@ -65,7 +65,7 @@ class WindowModel(_Strict):
     end_param: str = "endTime"
     format: Literal["%Y-%m-%d %H:%M:%S"] = "%Y-%m-%d %H:%M:%S"   # the only format supported so far
     timezone: Literal["Asia/Shanghai"] = "Asia/Shanghai"          # the only zone supported so far
-    max_days: float = Field(31, gt=0)
+    max_days: float = Field(31, ge=1 / 24, le=366)   # at least one hour per segment
 
 
 class ErrorsModel(_Strict):
@@ -103,7 +103,38 @@ class DetailModel(_Strict):
     def _qualified(cls, v: str) -> str:
         if not _QUALIFIED.match(v):
             raise ValueError(f"must be 'schema.table' in lower case, got {v!r}")
-        return v
+        return _check_schema(v)
+
+    @model_validator(mode="after")
+    def _columns(self) -> "DetailModel":
+        extra = [] if any(k.column == self.parent.column for k in self.keys) else [self.parent.column]
+        _check_columns("detail", self.keys, extra, self.parent)
+        return self
+
+
+RESERVED_COLUMNS = {"site_id", "payload", "content_hash", "fetched_at", "run_id", "is_deleted", "deleted_at"}
+FORBIDDEN_SCHEMAS = {"dwd", "etl_meta", "information_schema", "public"}
+
+
+def _check_columns(what: str, keys: list[KeyModel], extra: list[str], parent: KeyModel | None = None) -> None:
+    """Key, parent and window columns of one ODS table: not reserved (warehouse-model §2.2), not repeated."""
+    columns = [k.column for k in keys] + extra
+    for column in columns + ([parent.column] if parent else []):
+        if column in RESERVED_COLUMNS:
+            raise ValueError(f"{what}: column {column!r} is reserved for the ODS bookkeeping columns")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"{what}: column names repeat: {columns}")
+    if parent is not None:
+        same = [k for k in keys if k.column == parent.column]
+        if same and (same[0].field, same[0].type) != (parent.field, parent.type):
+            raise ValueError(f"{what}: parent column {parent.column!r} differs from the key of the same name")
+
+
+def _check_schema(table: str) -> str:
+    schema = table.split(".", 1)[0]
+    if schema in FORBIDDEN_SCHEMAS or schema.startswith("pg_"):
+        raise ValueError(f"ODS tables may not live in schema {schema!r}")
+    return table
 
 
 _PIPELINE_KEYS = {"workers", "queue_size", "batch_size", "batch_timeout", "rate_min", "rate_max",
@@ -140,7 +171,7 @@ class TaskModel(_Strict):
         pattern = _QUALIFIED if info.field_name == "table" else _IDENT
         if not pattern.match(v):
             raise ValueError(f"not a valid lower-case SQL name: {v!r}")
-        return v
+        return _check_schema(v) if info.field_name == "table" else v
 
     @field_validator("pipeline")
     @classmethod
@@ -156,6 +187,8 @@ class TaskModel(_Strict):
             raise ValueError("a windowed task needs window_field")
         if self.kind == "snapshot" and self.window_field:
             raise ValueError("a snapshot task must not have window_field")
+        window = self.window_column or (snake_case(self.window_field) if self.window_field else None)
+        _check_columns("table", self.keys, [window] if window else [])
         return self
 
 

@@ -7,6 +7,7 @@ upstream-api.md §2.2), explicit global key (``pipeline.<key>``), the built-in d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol
 
@@ -15,12 +16,18 @@ class ConfigSource(Protocol):
     def get(self, key: str, default: Any = None) -> Any: ...
 
 
+INT_LIMITS = {"workers": 256, "queue_size": 1_000_000, "batch_size": 1_000_000,
+              "max_consecutive_failures": 1_000_000}
+FLOAT_LIMITS = {"batch_timeout": 3600.0, "rate_min": 86400.0, "rate_max": 86400.0}
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """Pipeline settings. Units: seconds for ``batch_timeout`` and rates; counts otherwise.
 
     Raises ``ValueError`` (one line) when workers/queue_size/batch_size < 1, batch_timeout <= 0,
-    a rate is negative, ``rate_min > rate_max`` or max_consecutive_failures < 1 (Property 3).
+    a rate is negative, ``rate_min > rate_max`` or max_consecutive_failures < 1 (Property 3), and for
+    non-finite values or values above sane limits (``INT_LIMITS``, ``FLOAT_LIMITS``: e.g. 256 workers).
     """
 
     workers: int = 2
@@ -32,16 +39,20 @@ class PipelineConfig:
     max_consecutive_failures: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("workers", "queue_size", "batch_size", "max_consecutive_failures"):
+        for name, high in INT_LIMITS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        for name in ("batch_timeout", "rate_min", "rate_max"):
+            if value > high:
+                raise ValueError(f"{name} must be <= {high}, got {value}")
+        for name, high in FLOAT_LIMITS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                raise ValueError(f"{name} must be a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if value > high:
+                raise ValueError(f"{name} must be <= {high:g} s, got {value:g}")
         if self.batch_timeout <= 0:
             raise ValueError(f"batch_timeout must be > 0, got {self.batch_timeout}")
         if self.rate_min < 0:
