@@ -139,7 +139,8 @@ class FakeFeiqiu:
         rows = self.records
         if self.spec.window_field:
             f = self.spec.window_field
-            rows = sorted((r for r in rows if p["startTime"] <= r[f] < p["endTime"]), key=lambda r: (r[f], r["settleId"]))
+            rows = sorted((r for r in rows if p["startTime"] <= r[f] < p["endTime"]),
+                          key=lambda r: (r[f], r["settleId"]))
         else:
             rows = sorted(rows, key=lambda r: r["memberId"])
         page, limit = p["page"], p["limit"]

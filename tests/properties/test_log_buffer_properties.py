@@ -74,7 +74,8 @@ def test_p15_flush_outputs_only_its_task_in_timestamp_order(tasks):
         th.start()
     for th in threads:
         th.join()
-    flushers = [threading.Thread(target=lambda t=t: flushed.__setitem__(t, buffers[t].flush())) for t in range(len(tasks))]
+    flushers = [threading.Thread(target=lambda t=t: flushed.__setitem__(t, buffers[t].flush()))
+                for t in range(len(tasks))]
     for th in flushers:
         th.start()
     for th in flushers:
@@ -100,5 +101,5 @@ def test_p15_flush_outputs_only_its_task_in_timestamp_order(tasks):
         assert block == list(range(block[0], block[0] + len(block))) if block else not entries
         assert [(m, lvl) for c, m, lvl in out if c == code] == [(e.message, e.level) for e in entries]
         assert buffers[t].flush() == []
-    assert Counter(c for c, _, _ in out) == Counter({code: len(tasks[t][0]) for t, code in enumerate(codes)}) - Counter()
+    assert Counter(c for c, _, _ in out) == +Counter({code: len(tasks[t][0]) for t, code in enumerate(codes)})
     assert all(r.getMessage().startswith(f"[{r.args[0]}] ") for r in capture.records)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from feiqiu_etl.pipeline import CancellationToken, FakeClock, PipelineRequest, WriteResult
+from feiqiu_etl.pipeline import CancellationToken, FakeClock, WriteResult
 from feiqiu_etl.pipeline.config import PipelineConfig
 
 from pipeline_support import (
@@ -269,7 +269,8 @@ POISON = st.sampled_from([None, None, None, "poison"])
 
 def poisoned(*flags: str | None) -> tuple[Node, ...]:
     """Two list pages whose rows carry ``flags`` (first page) and one clean row (second page)."""
-    return (Node("a", False, tuple(Row(i, 0, f) for i, f in enumerate(flags)), children=(Node("b", False, (Row(9, 0),)),)),)
+    first = tuple(Row(i, 0, f) for i, f in enumerate(flags))
+    return (Node("a", False, first, children=(Node("b", False, (Row(9, 0),)),)),)
 
 
 # Feature: etl-unified-pipeline, Property 13: 写入失败回滚当前批次

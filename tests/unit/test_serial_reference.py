@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from feiqiu_etl.pipeline import CancellationToken, FakeClock, PipelineRequest, ProcessOutput, RequestScheduler, WriteResult
+from feiqiu_etl.pipeline import (
+    CancellationToken, FakeClock, PipelineRequest, ProcessOutput, RequestScheduler, WriteResult,
+)
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.serial_reference import SerialReference
 
@@ -49,10 +51,12 @@ def test_follow_ups_run_fifo_before_the_next_seed_and_rows_are_written_per_respo
 
 def test_failures_partial_consecutive_limit_failed_and_cancel():
     sent, ref = make(PipelineConfig(rate_min=0, rate_max=0, max_consecutive_failures=2), fail={("seed", 1)})
-    result = ref.run([PipelineRequest("seed", {"n": n}) for n in range(3)], lambda i: [i.payload], lambda r: WriteResult(inserted=len(r)))
+    result = ref.run([PipelineRequest("seed", {"n": n}) for n in range(3)], lambda i: [i.payload],
+                     lambda r: WriteResult(inserted=len(r)))
     assert (result.status, result.request_failures, len(result.errors), result.total_inserted) == ("PARTIAL", 1, 1, 2)
 
-    sent, ref = make(PipelineConfig(rate_min=0, rate_max=0, max_consecutive_failures=2), fail={("seed", 0), ("seed", 1)})
+    sent, ref = make(PipelineConfig(rate_min=0, rate_max=0, max_consecutive_failures=2),
+                     fail={("seed", 0), ("seed", 1)})
     result = ref.run([PipelineRequest("seed", {"n": n}) for n in range(5)], lambda i: [], lambda r: WriteResult())
     assert result.status == "FAILED" and len(sent) == 2
 

@@ -7,44 +7,24 @@ records and status rules are the engine's, so a run of both on the same response
 field by field.
 
 It is the oracle of the equivalence property and the baseline of the benchmarks: keep it short and
-obviously correct, never clever or fast. It starts no threads.
+obviously correct, never clever or fast. It starts no threads. It inherits only the constructor wiring
+(transport, config, lane, token, logger, limiter) from ``UnifiedPipeline``; the counting and status rules
+are restated here on purpose, so that a mistake in the engine's cannot hide in the comparison.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from typing import Any, Hashable, Iterable, Iterator
 
-from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult
-from feiqiu_etl.pipeline.rate_limiter import RateLimiter
-from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
-from feiqiu_etl.pipeline.unified_pipeline import ProcessFn, ScopeFn, Transport, WriteFn, _describe, _safe_params
+from feiqiu_etl.pipeline.unified_pipeline import ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, _describe, _safe_params
 
 
-class SerialReference:
+class SerialReference(UnifiedPipeline):
     """Same constructor and ``run()`` contract as :class:`UnifiedPipeline`, executed in the caller's thread."""
-
-    def __init__(
-        self,
-        transport: Transport,
-        config: PipelineConfig,
-        *,
-        lane: RequestScheduler | None = None,
-        cancel_token: CancellationToken | None = None,
-        logger: logging.Logger | None = None,
-        rate_limiter: RateLimiter | None = None,
-    ):
-        self.transport = transport
-        self.config = config
-        self.lane = lane or RequestScheduler()
-        self.cancel_token = cancel_token or CancellationToken()
-        self.logger = logger or logging.getLogger(__name__)
-        self.rate_limiter = rate_limiter or RateLimiter(config.rate_min, config.rate_max, clock=self.lane.clock)
 
     def run(
         self,
