@@ -138,13 +138,13 @@ def check_database(dsn: str) -> None:
     """Connect once before any request; an unreachable database is a configuration error (exit 2)."""
     import psycopg
 
-    from feiqiu_etl.db.connection import connect, redact_dsn
+    from feiqiu_etl.db.connection import connect, redact_dsn, scrub
 
     try:
         with connect(dsn) as conn:
             version = conn.info.server_version
     except psycopg.Error as exc:
-        reason = " ".join(str(exc).split()) or exc.__class__.__name__
+        reason = scrub(" ".join(str(exc).split()) or exc.__class__.__name__, dsn)
         raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}") from None
     if version < 130000:
         raise UsageFailure(f"PostgreSQL >= 13 is required, the server is {version // 10000}")
