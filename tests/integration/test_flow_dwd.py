@@ -91,3 +91,27 @@ def test_sql_command_reads_but_never_writes(pg_dsn):
     assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": members}]
     denied = subprocess.run([*base, "DELETE FROM ods.member"], capture_output=True, text=True, timeout=60)
     assert denied.returncode == 2 and "read-only" in denied.stderr
+
+
+def test_cancel_during_dwd_stops_starting_tables(pg_dsn):
+    import threading
+
+    from feiqiu_etl.flowcli import build_runner
+    from feiqiu_etl.pipeline import CancellationToken
+    from flowkit import options
+
+    with Simulator(sim_config(seed=10)) as sim:
+        token = CancellationToken()
+        runner = build_runner(options(sim, tasks=["ODS_MEMBER"], load_dwd=True, overrides={"dwd.parallel_workers": 1}),
+                              pg_dsn, token)
+        original = runner._run_dwd
+
+        def cancel_then_load():
+            threading.Timer(0, token.cancel).run()  # the signal arrives as DWD starts
+            return original()
+
+        runner._run_dwd = cancel_then_load
+        result = runner.run()
+    assert result.status == "CANCELLED"
+    assert result.dwd["status"] == "CANCELLED"
+    assert all(t["error"] == "cancelled before start" for t in result.dwd["tables"])

@@ -233,6 +233,8 @@ class FlowRunner:
             statuses.append("CANCELLED" if self.cancel_token.is_cancelled else "FAILED")
         if result.dwd is not None:
             statuses.append(result.dwd.get("status", "SUCCESS"))
+        if self.cancel_token.is_cancelled:
+            statuses.append("CANCELLED")  # e.g. a signal during DWD: what started finished, the rest did not
         result.status = worst(statuses)
         result.finished_at = datetime.now(timezone.utc).isoformat()
         with connect(self.dsn) as conn:
@@ -268,7 +270,7 @@ class FlowRunner:
             ensure_dwd_tables(conn, mapping)
         workers = self.config.number("dwd.parallel_workers", int, minimum=1, maximum=64)
         task = DwdLoadTask(self.dsn, mapping, parallel_workers=workers, run_id=self.run_id,
-                           logger=logging.getLogger("feiqiu_etl.dwd"))
+                           logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.cancel_token.event)
         summary = task.load(only_tables=self.dwd_tables)
         out = summary.to_dict()
         out["status"] = summary.status

@@ -12,6 +12,7 @@ This module never shares a connection between threads and never lets one table's
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
 from feiqiu_etl.tasks.dwd.staging import LoadCounts
 
-SummaryStatus = Literal["SUCCESS", "PARTIAL", "FAILED"]
+SummaryStatus = Literal["SUCCESS", "PARTIAL", "FAILED", "CANCELLED"]
+CANCELLED_BEFORE_START = "cancelled before start"
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,10 @@ class DwdSummary:
 
     @property
     def status(self) -> SummaryStatus:
-        """``SUCCESS`` when nothing failed, ``FAILED`` when every table failed, else ``PARTIAL``."""
+        """``CANCELLED`` when a table was not started because of a cancel; else ``SUCCESS`` when nothing
+        failed, ``FAILED`` when every table failed, else ``PARTIAL``."""
+        if any(t.error == CANCELLED_BEFORE_START for t in self.tables):
+            return "CANCELLED"
         if self.failed == 0:
             return "SUCCESS"
         return "FAILED" if self.succeeded == 0 else "PARTIAL"
@@ -95,14 +100,15 @@ def _one_line(exc: BaseException) -> str:
 class DwdLoadTask:
     """Load the DWD tables of ``mapping`` from the ODS tables of the database at ``dsn``.
 
-    ``parallel_workers`` (>= 1) bounds the threads per group; ``run_id`` is written to every row; ``now``
+    ``cancel_event`` stops starting tables. ``parallel_workers`` (>= 1) bounds the threads per group; ``run_id`` is written to every row; ``now``
     (timezone-aware) fixes the SCD2 timestamp of every :meth:`load`, else each ``load()`` takes the current
     time once. The DWD tables must exist (:func:`~feiqiu_etl.tasks.dwd.schema.ensure_dwd_tables`).
     Raises ``ValueError`` for a bad ``parallel_workers``, an empty ``run_id`` or a naive ``now``.
     """
 
     def __init__(self, dsn: str, mapping: DwdMapping, *, parallel_workers: int = 4, run_id: str,
-                 logger: logging.Logger | None = None, now: datetime | None = None):
+                 logger: logging.Logger | None = None, now: datetime | None = None,
+                 cancel_event: threading.Event | None = None):
         if parallel_workers < 1:
             raise ValueError(f"parallel_workers must be >= 1, got {parallel_workers}")
         if not run_id:
@@ -115,6 +121,7 @@ class DwdLoadTask:
         self.run_id = run_id
         self.log = logger or logging.getLogger(__name__)
         self.now = now
+        self.cancel_event = cancel_event
 
     def load(self, only_tables: list[str] | None = None, serial: bool = False) -> DwdSummary:
         """Merge the dimensions, then load the facts; return the :class:`DwdSummary`.
@@ -148,7 +155,11 @@ class DwdLoadTask:
             return load_fact(conn, table, run_id=self.run_id)
 
     def _run_table(self, table: DwdTable, now: datetime) -> DwdTableResult:
-        """Load one table on its own connection; never raises (errors become the result's ``error``)."""
+        """Load one table on its own connection; never raises (errors become the result's ``error``).
+        A table not yet started when ``cancel_event`` is set is skipped (a started one finishes: it is one
+        transaction)."""
+        if self.cancel_event is not None and self.cancel_event.is_set():
+            return DwdTableResult(table.name, table.kind, error=CANCELLED_BEFORE_START)
         start = time.perf_counter()
         try:
             counts = self._load_one(table, now)
