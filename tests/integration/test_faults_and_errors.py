@@ -138,3 +138,14 @@ def test_timeouts_never_make_two_requests_overlap_at_the_server(sim, pg_dsn):
     log = sorted(sim.request_log(), key=lambda e: e.started)
     assert [e for e in log if e.outcome == "rejected"] == []
     assert all(b.started >= a.ended for a, b in zip(log, log[1:]))
+
+
+def test_unreachable_api_is_failed_not_partial(pg_dsn):
+    from feiqiu_etl.flowcli import build_runner
+    from flowkit import options
+
+    with Simulator(sim_config(seed=5)) as sim:
+        opts = options(sim, tasks=["ODS_PAYMENT", "ODS_REFUND"], overrides={"api.retry_attempts": 1})
+    opts.api_base = "http://127.0.0.1:9"  # nothing listens there
+    result = build_runner(opts, pg_dsn, CancellationToken()).run()
+    assert result.status == "FAILED"

@@ -89,6 +89,12 @@ def test_404_is_a_configuration_error_and_50001_retries():
     assert out["code"] == 0 and len(seen) == 2
 
 
+def test_boolean_code_is_not_an_envelope():
+    client, seen = client_for([httpx.Response(200, json={"code": False, "data": {}}), envelope(0, {})])
+    fetch(client)
+    assert len(seen) == 2
+
+
 def test_non_envelope_200_is_retried_as_malformed():
     client, seen = client_for([httpx.Response(200, text="<html>gateway</html>"), envelope(0, {})])
     fetch(client)

@@ -169,7 +169,7 @@ class APIClient:
         except ValueError:
             raise MalformedResponse("body is not JSON", endpoint=endpoint, http_status=status) from None
         r = self._rules
-        if not isinstance(envelope, dict) or not isinstance(envelope.get(r.code_field), int):
+        if not isinstance(envelope, dict) or type(envelope.get(r.code_field)) is not int:  # bool is no code
             raise MalformedResponse("body is not an envelope", endpoint=endpoint, http_status=status)
         code = envelope[r.code_field]
         if code == r.ok_code:

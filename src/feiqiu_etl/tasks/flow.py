@@ -235,6 +235,9 @@ class FlowRunner:
             statuses.append(result.dwd.get("status", "SUCCESS"))
         if self.cancel_token.is_cancelled:
             statuses.append("CANCELLED")  # e.g. a signal during DWD: what started finished, the rest did not
+        if result.tasks and not any(t.result.completed_requests for t in result.tasks) \
+                and any(t.result.request_failures for t in result.tasks):
+            statuses.append("FAILED")  # not one request succeeded (wrong URL, upstream down): nothing loaded
         result.status = worst(statuses)
         result.finished_at = datetime.now(timezone.utc).isoformat()
         with connect(self.dsn) as conn:
