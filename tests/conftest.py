@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -24,6 +25,13 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True)
+def _isolated_cwd(tmp_path, monkeypatch):
+    """Run every test (and the CLI processes it starts) from an empty folder, so that a developer's
+    ``.env`` in the repository never changes a result."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def pg_server_dsn():
     external = os.environ.get("TEST_DB_DSN")
@@ -38,6 +46,7 @@ def pg_server_dsn():
         yield server.dsn("postgres")
     finally:
         server.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _with_database(dsn: str, database: str) -> str:

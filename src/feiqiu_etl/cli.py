@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from feiqiu_etl.config.app_config import ConfigError, load_env_file
 from feiqiu_etl.flowcli import UsageFailure, database
 
 EXIT_CODES = {"SUCCESS": 0, "PARTIAL": 3, "FAILED": 4, "CANCELLED": 5}
@@ -23,6 +24,8 @@ MAX_TIMEOUT = 30 * 86400.0
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _setup_logging(verbose: int) -> None:
+    ctx = click.get_current_context(silent=True)
+    verbose += (ctx.find_root().obj or {}).get("verbose", 0) if ctx else 0
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -93,8 +96,18 @@ def with_pipeline_options(fn):
 # ---------------------------------------------------------------------------------------------- commands
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="feiqiu-etl")
-def main() -> None:
+@click.option("--env-file", default=".env", show_default=True, type=click.Path(dir_okay=False),
+              help="read settings and FEIQIU_API_TOKEN / FEIQIU_API_BASE / ETL_DB_DSN from this file "
+                   "(the real environment wins)")
+@click.option("-v", "--verbose", count=True, help="more log output on stderr (also accepted after the command)")
+@click.pass_context
+def main(ctx: click.Context, env_file: str, verbose: int) -> None:
     """Pull the Feiqiu store API through one rate-limited request lane into PostgreSQL (ODS + DWD)."""
+    try:
+        load_env_file(env_file)
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+    ctx.obj = {"verbose": verbose}
 
 
 @main.command()

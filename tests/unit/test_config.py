@@ -101,3 +101,22 @@ def test_connector_window_max_days_has_a_floor(tmp_path):
                     "kind: snapshot, keys: [{field: a, column: a, type: text}]}\n", encoding="utf-8")
     with pytest.raises(ConnectorError, match="max_days"):
         load_connector(path)
+
+
+def test_env_file_loads_without_overriding_and_rejects_garbage(tmp_path):
+    from feiqiu_etl.config.app_config import load_env_file
+
+    env = {"PIPELINE_WORKERS": "3"}
+    (tmp_path / ".env").write_text("PIPELINE_WORKERS=5\nFEIQIU_API_TOKEN=tok\n", encoding="utf-8")
+    assert load_env_file(tmp_path / ".env", env) == 1
+    assert env == {"PIPELINE_WORKERS": "3", "FEIQIU_API_TOKEN": "tok"}  # the real environment wins
+    (tmp_path / "bad.env").write_text('A="unterminated\nB=1\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="line 1"):
+        load_env_file(tmp_path / "bad.env", {})
+    assert load_env_file(tmp_path / "missing.env", env) == 0
+
+
+def test_unknown_variables_in_our_namespaces_are_errors():
+    with pytest.raises(ConfigError, match="PIPELINE_WOKERS"):
+        AppConfig.load(task_codes=CODES, environ={"PIPELINE_WOKERS": "3"})
+    AppConfig.load(task_codes=CODES, environ={"API_KEY": "x", "HOME": "/root"})  # not ours: ignored

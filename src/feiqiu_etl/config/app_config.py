@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, MutableMapping
 
 from feiqiu_etl.pipeline.config import PipelineConfig
 
@@ -63,21 +63,20 @@ class AppConfig:
         task_codes: Iterable[str],
         overrides: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
-        dotenv_path: str | Path | None = None,
     ) -> "AppConfig":
-        """Defaults, then environment (plus ``.env`` when ``environ`` is None), then ``overrides``."""
-        if environ is None:
-            from dotenv import dotenv_values
-
-            env: dict[str, str] = {k: v for k, v in dotenv_values(dotenv_path or ".env").items() if v is not None}
-            env.update(os.environ)
-        else:
-            env = dict(environ)
+        """Defaults, then ``environ`` (default: ``os.environ``; the CLI loads ``.env`` into it first with
+        :func:`load_env_file`), then ``overrides``. A variable in our namespaces (``PIPELINE_``, ``DWD_``,
+        ``WINDOW_``) that names no known key is a :class:`ConfigError`; unrelated variables are ignored."""
+        env = dict(os.environ if environ is None else environ)
         cfg = cls(task_codes=task_codes)
         for name, value in env.items():
             key = env_to_key(name)
-            if key is not None and cfg._known(key):
+            if key is None:
+                continue
+            if cfg._known(key):
                 cfg._values[key] = value
+            elif not name.upper().startswith("API_"):  # API_* is too generic to claim
+                raise ConfigError(f"unknown setting {name} in the environment (or .env): no key {key!r}")
         for key, value in (overrides or {}).items():
             cfg.set(key, value)
         return cfg
@@ -140,3 +139,40 @@ def env_to_key(name: str) -> str | None:
             return f"{ns}.{task}.{key}"
         return f"{ns}.{rest}"
     return None
+
+
+def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] | None = None) -> int:
+    """Load ``path`` (if it exists) into ``environ`` (default ``os.environ``) without overriding what is
+    already set. Returns how many variables were added. Raises :class:`ConfigError` naming the first line
+    python-dotenv could not parse (instead of its multi-line warning)."""
+    import logging
+
+    from dotenv import dotenv_values
+
+    target = os.environ if environ is None else environ
+    p = Path(path)
+    if not p.is_file():
+        return 0
+    problems: list[str] = []
+
+    class _Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            problems.append(record.getMessage())
+
+    logger = logging.getLogger("dotenv.main")
+    handler, propagate = _Catch(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        values = dotenv_values(p)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    if problems:
+        raise ConfigError(f"{p}: {problems[0].rstrip('.')}")
+    added = 0
+    for name, value in values.items():
+        if value is not None and name not in target:
+            target[name] = value
+            added += 1
+    return added
