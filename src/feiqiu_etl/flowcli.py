@@ -155,7 +155,7 @@ def execute_flow(options: FlowOptions, dsn: str | None):
     validate(options)
     token = CancellationToken(timeout=options.timeout)
     try:
-        with database(dsn) as real_dsn, signals_cancel(token):
+        with signals_cancel(token), database(dsn) as real_dsn:  # signals covered until the server stopped
             check_database(real_dsn)
             runner = build_runner(options, real_dsn, token)
             from feiqiu_etl.report import live_progress

