@@ -153,14 +153,16 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
 
 
 @main.command()
-@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: embedded server")
-@click.option("--seed", type=int, default=7, show_default=True)
-@click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True)
-@click.option("--days", type=int, default=3, show_default=True, help="days of simulated history to load")
+@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: database feiqiu_demo on the embedded server")
+@click.option("--seed", type=int, default=7, show_default=True, help="simulated data seed")
+@click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True,
+              help="simulated store size")
+@click.option("--days", type=click.IntRange(1, 31), default=3, show_default=True,
+              help="days of simulated history to load")
 @with_pipeline_options
-@click.option("--no-dwd", is_flag=True)
-@click.option("--json", "as_json", is_flag=True)
-@click.option("-v", "--verbose", count=True)
+@click.option("--no-dwd", is_flag=True, help="load ODS only")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
+@click.option("-v", "--verbose", count=True, help="more log output on stderr")
 def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, pipeline_rate_min, pipeline_rate_max,
          sets, no_dwd, as_json, verbose) -> None:
     """Start PostgreSQL and the simulator, load every task with demo-sized gaps, print a summary."""
@@ -195,14 +197,18 @@ def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, no_risk_
 @main.command()
 @click.argument("query")
 @click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: the embedded server")
+@click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
-def sql(query, dsn, as_json) -> None:
+def sql(query, dsn, demo, as_json) -> None:
     """Run one read-only SQL QUERY against the warehouse and print the rows (e.g. after the demo)."""
     import psycopg
 
     from feiqiu_etl.db.connection import connect
 
-    with database(dsn) as real_dsn:
+    from feiqiu_etl.demo import DEMO_DATABASE
+    from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
         try:
             with connect(real_dsn) as conn:
                 conn.read_only = True

@@ -1,6 +1,7 @@
 """``feiqiu-etl demo``: embedded PostgreSQL + the local simulator + the full flow, with demo-sized gaps.
 
-The simulator's risk control stays ON with gaps just below the pipeline's minimum gap, so the demo
+The simulated history is fixed (``DEMO_ANCHOR``) and goes into its own database (``feiqiu_demo``), so
+reruns change nothing and real runs are never mixed with it. The simulator's risk control stays ON with gaps just below the pipeline's minimum gap, so the demo
 proves the lane is strictly serial and paced: any overlap or early request would be rejected (42901).
 The token is generated per demo and never printed.
 """
@@ -9,11 +10,11 @@ from __future__ import annotations
 
 import secrets
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from feiqiu_etl.flowcli import FlowOptions, execute_flow
-from feiqiu_etl.tasks.ods.windows import fmt, local_now
+from feiqiu_etl.tasks.ods.windows import fmt
 
 DEMO_SETTINGS = {
     "pipeline.rate_min": 0.05,
@@ -26,6 +27,8 @@ DEMO_SETTINGS = {
 }
 SIM_GAP_STANDARD = 0.04
 SIM_GAP_GROUPBUY = 0.08
+DEMO_ANCHOR = datetime(2024, 3, 4)  # fixed, so that a rerun sees the same simulated history
+DEMO_DATABASE = "feiqiu_demo"       # its own database on the embedded server: never mixed with real runs
 
 
 def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: dict[str, Any],
@@ -33,7 +36,7 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
     """Run the demo flow and return its ``FlowResult``; prints a short lane report to stderr."""
     from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
-    anchor = local_now().replace(minute=0, second=0)
+    anchor = DEMO_ANCHOR
     token = "fq_demo_" + secrets.token_urlsafe(12)
     cfg = SimulatorConfig(
         seed=seed, scale=scale, days=days, anchor=anchor, token=token,
@@ -45,9 +48,11 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
             overrides={**DEMO_SETTINGS, **overrides},
             window_start=fmt(anchor - timedelta(days=days)), window_end=fmt(anchor), load_dwd=load_dwd,
         )
-        result = execute_flow(options, dsn)
-        if not quiet:
-            print(lane_report(sim.request_log()), file=sys.stderr)
+        result = execute_flow(options, dsn, database_name=DEMO_DATABASE)
+        print(lane_report(sim.request_log()), file=sys.stderr)
+    if not quiet and not dsn:
+        print(f"data: embedded database {DEMO_DATABASE}; look with  feiqiu-etl sql --demo "
+              "\"SELECT count(*) FROM ods.settlement\"", file=sys.stderr)
     return result
 
 

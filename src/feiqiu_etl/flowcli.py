@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import click
 
 from feiqiu_etl.config.app_config import AppConfig, ConfigError
+from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 
 
@@ -49,8 +50,9 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None) -> Iterator[str]:
-    """``--dsn`` / ``ETL_DB_DSN`` if given, else an embedded server started here and stopped at exit."""
+def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
+    """``--dsn`` / ``ETL_DB_DSN`` if given, else database ``name`` on an embedded server started here and
+    stopped at exit."""
     if dsn:
         yield dsn
         return
@@ -62,7 +64,7 @@ def database(dsn: str | None) -> Iterator[str]:
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        yield server.ensure_database()
+        yield server.ensure_database(name)
     finally:
         server.stop()
 
@@ -150,12 +152,12 @@ def check_database(dsn: str) -> None:
         raise UsageFailure(f"PostgreSQL >= 13 is required, the server is {version // 10000}")
 
 
-def execute_flow(options: FlowOptions, dsn: str | None):
+def execute_flow(options: FlowOptions, dsn: str | None, database_name: str = DEFAULT_DATABASE):
     """Validate, start the database if needed, run with signal handling and ``--timeout``."""
     validate(options)
     token = CancellationToken(timeout=options.timeout)
     try:
-        with signals_cancel(token), database(dsn) as real_dsn:  # signals covered until the server stopped
+        with signals_cancel(token), database(dsn, database_name) as real_dsn:  # signals covered until the server stopped
             check_database(real_dsn)
             runner = build_runner(options, real_dsn, token)
             from feiqiu_etl.report import live_progress

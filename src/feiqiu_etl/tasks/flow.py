@@ -97,7 +97,7 @@ class TaskExecutor:
 
     def run_task(self, spec: OdsTaskSpec, site_id: int) -> TaskRun:
         f = self.flow
-        logger = logging.getLogger(f"feiqiu_etl.task.{spec.code}")
+        logger = logging.getLogger(f"feiqiu_etl.task.{spec.code}.{site_id}")
         buffer = TaskLogBuffer(spec.code, f.logger)
         handler = buffer.handler()
         logger.addHandler(handler)
@@ -175,6 +175,7 @@ class FlowRunner:
         self.client = factory(api_base, token, timeout=timeout, retry=retry, rules=envelope_rules(connector))
         self._state = _FlowState()
         self._current: tuple[str, int, object] | None = None
+        self.result: FlowResult | None = None
         self.completed_tasks = 0
 
     def observe(self, task_code: str, site_id: int, pipeline) -> None:
@@ -188,7 +189,8 @@ class FlowRunner:
     def progress(self) -> dict:
         """Live snapshot for progress displays: tasks done/total and the running pipeline's statistics."""
         current = self._current
-        out = {"done": self.completed_tasks, "total": len(self.specs) * len(self.site_ids) if self.load_ods else 0}
+        out = {"done": self.completed_tasks, "total": len(self.specs) * len(self.site_ids) if self.load_ods else 0,
+               "finished": list(self.result.tasks) if self.result else []}
         if current is not None:
             code, site, pipeline = current
             out |= {"task": code, "site_id": site, "stats": pipeline.statistics()}
@@ -212,6 +214,7 @@ class FlowRunner:
     def run(self) -> FlowResult:
         started = datetime.now(timezone.utc)
         result = FlowResult(self.run_id, "SUCCESS", started_at=started.isoformat())
+        self.result = result
         with connect(self.dsn) as conn:
             ensure_ods_tables(conn, self.registry)
             _record_run(conn, self.run_id, started, "RUNNING", None)

@@ -215,10 +215,10 @@ class BaseOdsTask:
             return None
         if scope[0] != "snapshot" or snapshot is None:
             return None
-        reason = None if ok else "a page or record failed"
-        if reason is None and self.cancel_token.is_cancelled:
+        if self.cancel_token.is_cancelled:
             reason = "the run was cancelled"
-        reason = reason or snapshot.incomplete_reason()
+        else:
+            reason = snapshot.incomplete_reason() or (None if ok else "a page or record failed")
         if reason:
             note["snapshot"] = f"soft delete skipped: {reason}"
             self.logger.warning("snapshot incomplete, soft delete skipped: %s", reason)
