@@ -187,7 +187,7 @@ def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, pipeline
 @click.option("--gap-groupbuy", type=float, default=8.0, show_default=True, help="risk-control gap G, groupbuy class (s)")
 @click.option("--no-risk-control", is_flag=True)
 def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, no_risk_control) -> None:
-    """Serve the simulated Feiqiu API (upstream-api.md) until Ctrl-C."""
+    """Serve the simulated Feiqiu API (docs/upstream-api.md) until Ctrl-C."""
     from feiqiu_etl.simulator import RiskControlConfig, SimulatorConfig, serve_forever
 
     risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, enabled=not no_risk_control)

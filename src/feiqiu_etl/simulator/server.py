@@ -167,7 +167,7 @@ def serve_forever(cfg: SimulatorConfig) -> None:
     with Simulator(cfg) as simulator:
         print(f"Feiqiu simulator listening on {simulator.base_url}", flush=True)
         print(f"Bearer token: {cfg.token}", flush=True)
-        print(f"Sites: {', '.join(str(s) for s in cfg.all_site_ids())}; history until {simulator.dataset.now()}",
+        print(f"Sites: {', '.join(str(s) for s in cfg.all_site_ids())}; history until {simulator.dataset.now()} (Asia/Shanghai)",
               flush=True)
         previous = {}
         if threading.current_thread() is threading.main_thread():
