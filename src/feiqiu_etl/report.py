@@ -113,6 +113,25 @@ def task_line(index: int, total: int, run) -> str:
 
 
 @contextmanager
+def _every(seconds: float, fn: Callable[[], None]) -> Iterator[None]:
+    """Call ``fn`` every ``seconds`` on a helper thread while the body runs, and once more at the end."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            fn()
+
+    thread = threading.Thread(target=loop, name="progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(1)
+        fn()
+
+
+@contextmanager
 def live_progress(source: Callable[[], dict], enabled: bool) -> Iterator[None]:
     """While the body runs: on a terminal, refresh one progress line on stderr; otherwise print one line
     per finished task to stderr (so that logs of long unattended runs show progress)."""
@@ -120,39 +139,19 @@ def live_progress(source: Callable[[], dict], enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    stop = threading.Event()
-    if not console.is_terminal:
-        printed = 0
-
-        def report() -> None:
-            nonlocal printed
-            snapshot = source()
-            for run in snapshot["finished"][printed:]:
-                printed += 1
-                console.print(task_line(printed, snapshot["total"], run), soft_wrap=True, highlight=False)
-
-        def loop() -> None:
-            while not stop.wait(0.5):
-                report()
-
-        thread = threading.Thread(target=loop, name="progress", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join(1)
-            report()
+    if console.is_terminal:
+        with Live(progress_line(source()), console=console, transient=True, refresh_per_second=4) as live:
+            with _every(0.25, lambda: live.update(progress_line(source()))):
+                yield
         return
-    with Live(progress_line(source()), console=console, transient=True, refresh_per_second=4) as live:
-        def refresh() -> None:
-            while not stop.wait(0.25):
-                live.update(progress_line(source()))
+    printed = 0
 
-        thread = threading.Thread(target=refresh, name="progress", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join(1)
+    def report() -> None:
+        nonlocal printed
+        snapshot = source()
+        for run in snapshot["finished"][printed:]:
+            printed += 1
+            console.print(task_line(printed, snapshot["total"], run), soft_wrap=True, highlight=False)
+
+    with _every(0.5, report):
+        yield
