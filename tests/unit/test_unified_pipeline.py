@@ -184,3 +184,17 @@ def test_batches_never_exceed_batch_size(batch_size):
                       lambda item: [{"n": j} for j in range(7)],
                       lambda rows: sizes.append(len(rows)) or WriteResult(inserted=len(rows)))
     assert max(sizes) <= batch_size and sum(sizes) == 42 == result.total_inserted
+
+
+def test_timing_reports_every_stage():
+    clock = FakeClock()
+    rec, pipe = make(clock)
+
+    def slow_write(rows):
+        import time
+        time.sleep(0.01)
+        return WriteResult(inserted=len(rows))
+
+    result = pipe.run([PipelineRequest("x", {"page": 1})], lambda item: [{"a": 1}], slow_write)
+    assert set(result.timing) == {"request", "processing", "write", "total"}
+    assert result.timing["write"] >= 0.01

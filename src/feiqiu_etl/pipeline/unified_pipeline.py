@@ -142,6 +142,7 @@ class _Run:
         self.next_release = 1
         self.held: dict[int, RowChunk | None] = {}
         self.writer_thread: threading.Thread | None = None
+        self.writer: WriteWorker | None = None
         self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
 
     # ------------------------------------------------------------------ driver (lane) thread
@@ -151,7 +152,7 @@ class _Run:
             threading.Thread(target=self._worker_loop, name=f"pipeline-worker-{i}", daemon=True)
             for i in range(self.cfg.workers)
         ]
-        writer = WriteWorker(
+        self.writer = writer = WriteWorker(
             self.write_q,
             self.write_fn,
             batch_size=self.cfg.batch_size,
@@ -432,6 +433,7 @@ class _Run:
     def _finish(self, started: float) -> PipelineResult:
         r = self.result
         r.cancelled = self.token.is_cancelled
+        self.timing["write"] = self.writer.seconds_writing
         r.timing = {k: round(v, 6) for k, v in self.timing.items()}
         r.timing["total"] = round(time.monotonic() - started, 6)
         if self.aborted:

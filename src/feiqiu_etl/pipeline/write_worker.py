@@ -68,6 +68,7 @@ class WriteWorker:
         self._on_scope = on_scope
         self._batch = _Batch()
         self.batches_written = 0
+        self.seconds_writing = 0.0
 
     def run(self) -> None:
         while True:
@@ -113,10 +114,12 @@ class WriteWorker:
         batch, self._batch = self._batch, _Batch()
         result: WriteResult | None = None
         error: Exception | None = None
+        started = time.monotonic()
         try:
             result = self._write_fn(batch.rows)
         except Exception as exc:  # a failed batch never stops the writer (spec §6.1)
             error = exc
+        self.seconds_writing += time.monotonic() - started
         self.batches_written += 1
         self._on_written(batch.rows, batch.scopes, result, error)
 

@@ -29,6 +29,9 @@ from feiqiu_etl.simulator.service import Reply, Service
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out as two small writes on a kept-alive connection: without TCP_NODELAY, Nagle's
+    # algorithm holds the body until the client's delayed ACK (~40 ms on Linux) and every response looks slow.
+    disable_nagle_algorithm = True
     server_version = "fq-gateway/1.0"
     sys_version = ""
     server: _Server
