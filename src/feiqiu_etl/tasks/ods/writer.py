@@ -97,7 +97,6 @@ class OdsWriter:
                 for row in latest.values():
                     copy.write_row(self._values(layout, row))
             changed = cur.execute(self._upsert_sql(layout, stage, columns)).fetchall()
-            cur.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(stage)))
         inserted = sum(1 for r in changed if r[0])
         result.inserted += inserted
         result.updated += len(changed) - inserted
