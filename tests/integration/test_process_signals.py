@@ -114,7 +114,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(live_sim, pg_dsn, kill_afte
 
 def test_a_failed_first_segment_is_fetched_by_the_next_incremental_run(live_sim, pg_dsn):
     site = live_sim.config.site_ids[0]
-    settings = {**RESUME, "window.initial_days": 2}
+    settings = {**RESUME, "window.initial_days": 2, "window.segment_days": 1}  # a whole day: never empty
     live_sim.inject(path="/api/payment/list", kind="http500", count=3)  # the first segment's only attempts
     first = run_flow(live_sim, pg_dsn, window=False, tasks=["ODS_PAYMENT"], overrides=settings)
     assert first.status == "PARTIAL"
@@ -124,3 +124,20 @@ def test_a_failed_first_segment_is_fetched_by_the_next_incremental_run(live_sim,
     assert second.status == "SUCCESS"
     assert second.tasks[0].windows and second.tasks[0].windows[0] == first.tasks[0].windows[0]
     assert ods_rows(pg_dsn, "ods.payment") == _expected(live_sim)["ods.payment"]
+
+
+def test_an_explicit_window_into_the_future_is_checkpointed_only_up_to_now(live_sim, pg_dsn):
+    start = fmt(local_now() - timedelta(days=1))
+    end = fmt(local_now() + timedelta(days=2))
+    before = local_now()
+    result = run_flow(live_sim, pg_dsn, window=False, tasks=["ODS_PAYMENT"], overrides=RESUME,
+                      window_start=start, window_end=end)
+    assert result.status == "SUCCESS"
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Shanghai'")
+        ends = [r[0].replace(tzinfo=None) for r in conn.execute(
+            "SELECT window_end FROM etl_meta.window_progress WHERE task_code = 'ODS_PAYMENT'")]
+    assert ends and max(ends) <= local_now() and max(ends) >= before
+    # so the next incremental run still fetches what happens after this run
+    nxt = run_flow(live_sim, pg_dsn, window=False, tasks=["ODS_PAYMENT"], overrides={**RESUME, "window.initial_days": 2})
+    assert nxt.tasks[0].windows and nxt.tasks[0].windows[-1][1] >= fmt(before)

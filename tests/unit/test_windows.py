@@ -33,11 +33,28 @@ def test_subtract_leaves_exactly_the_uncovered_hours(done_raw, start, length):
 def test_incremental_plan_resumes_gaps_and_looks_back():
     now = T0 + timedelta(days=10)
     done = [Window(T0, T0 + timedelta(days=2)), Window(T0 + timedelta(days=3), T0 + timedelta(days=5))]
-    plan = plan_incremental(now, done, lookback=timedelta(hours=24), initial=timedelta(days=7))
+    plan = plan_incremental(now, done, lookback=timedelta(hours=24), initial=timedelta(days=7), horizon=T0)
     assert plan == [Window(T0 + timedelta(days=2), T0 + timedelta(days=3)),
                     Window(T0 + timedelta(days=4), now)]
     assert plan_incremental(now, [], lookback=timedelta(0), initial=timedelta(days=7)) == [
         Window(now - timedelta(days=7), now)]
+
+
+def test_explicit_backfills_do_not_move_the_incremental_horizon():
+    now = T0 + timedelta(days=400)
+    backfill = [Window(T0, T0 + timedelta(days=1))]  # an explicit run a year ago
+    assert plan_incremental(now, backfill, lookback=timedelta(0), initial=timedelta(days=7)) == [
+        Window(now - timedelta(days=7), now)]
+    horizon = now - timedelta(days=7)
+    assert plan_incremental(now, backfill + [Window(horizon, now - timedelta(days=1))], lookback=timedelta(0),
+                            initial=timedelta(days=7), horizon=horizon) == [Window(now - timedelta(days=1), now)]
+
+
+def test_completed_windows_beyond_now_do_not_hide_the_future():
+    now = T0 + timedelta(days=10)
+    future = [Window(T0, T0 + timedelta(days=30))]  # recorded by an explicit run that reached past "now"
+    assert plan_incremental(now, future, lookback=timedelta(hours=2), initial=timedelta(days=7), horizon=T0) == [
+        Window(now - timedelta(hours=2), now)]
 
 
 def test_bad_windows_are_rejected():

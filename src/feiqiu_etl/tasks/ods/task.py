@@ -211,7 +211,11 @@ class BaseOdsTask:
         if not isinstance(scope, tuple):
             return None
         if scope[0] == "segment" and ok:
-            writer.checkpoint_window(site_id, to_aware(scope[3]), to_aware(scope[4]))
+            # Only the part before the task started is complete: later records may still come (a window
+            # that reaches into the future must not hide them from the next incremental run).
+            end = min(scope[4], from_aware(run_started).replace(microsecond=0))
+            if scope[3] < end:
+                writer.checkpoint_window(site_id, to_aware(scope[3]), to_aware(end))
             return None
         if scope[0] != "snapshot" or snapshot is None:
             return None

@@ -110,23 +110,20 @@ def plan_incremental(
 ) -> list[Window]:
     """Windows to fetch for a (site, task) without an explicit window (resume from the gaps).
 
-    ``horizon`` is the earliest start any incremental run of this (site, task) ever planned: everything
-    from there on that is not in ``done`` is a gap, even before the first completed segment (a failed
-    first segment must not be forgotten).
-
-    * nothing planned before: ``[now - initial, now)``;
-    * otherwise every gap between the horizon and the high-water mark (last completed end), plus
-      ``[high_water - lookback, now)`` (upstream-api.md Q13: a look-back catches late changes).
-    Returned merged and sorted; split them with :func:`split`.
+    ``horizon`` is where incremental loading of this (site, task) began (recorded by its first
+    incremental run); without one it begins now: ``now - initial``. From the horizon on, everything that is
+    not in ``done`` is a gap — also a failed first segment — and ``[high_water - lookback, now)`` is
+    fetched again (upstream-api.md Q13: a look-back catches late changes). Completed windows before the
+    horizon (explicit backfills) neither widen nor narrow the plan. Returned merged and sorted; split them
+    with :func:`split`.
     """
-    merged = merge(done)
-    starts = [w.start for w in merged[:1]] + ([horizon] if horizon is not None else [])
-    if not starts:
-        return [Window(now - initial, now)] if initial > timedelta(0) else []
-    start = min(starts)
-    high_water = merged[-1].end if merged else start
-    parts = subtract(Window(start, high_water), merged) if high_water > start else []
-    tail_start = max(start, min(high_water - lookback, now))
+    start = horizon if horizon is not None else now - initial
+    if start >= now:
+        return []
+    relevant = [w for w in merge(done) if w.end > start and w.start < now]
+    high_water = min(max((w.end for w in relevant), default=start), now)
+    parts = subtract(Window(start, high_water), relevant) if high_water > start else []
+    tail_start = max(start, high_water - lookback)
     if tail_start < now:
         parts.append(Window(tail_start, now))
     return merge(parts)
