@@ -138,6 +138,13 @@ def test_an_explicit_window_into_the_future_is_checkpointed_only_up_to_now(live_
         ends = [r[0].replace(tzinfo=None) for r in conn.execute(
             "SELECT window_end FROM etl_meta.window_progress WHERE task_code = 'ODS_PAYMENT'")]
     assert ends and max(ends) <= local_now() and max(ends) >= before
-    # so the next incremental run still fetches what happens after this run
-    nxt = run_flow(live_sim, pg_dsn, window=False, tasks=["ODS_PAYMENT"], overrides={**RESUME, "window.initial_days": 2})
-    assert nxt.tasks[0].windows and nxt.tasks[0].windows[-1][1] >= fmt(before)
+    # so an incremental run tomorrow still fetches everything after this run
+    from feiqiu_etl.tasks.ods.windows import Window, plan_incremental
+
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Shanghai'")
+        done = [Window(a.replace(tzinfo=None), b.replace(tzinfo=None)) for a, b in conn.execute(
+            "SELECT window_start, window_end FROM etl_meta.window_progress WHERE task_code = 'ODS_PAYMENT'")]
+    tomorrow = local_now() + timedelta(days=1)
+    plan = plan_incremental(tomorrow, done, lookback=timedelta(0), initial=timedelta(days=2))
+    assert plan[-1].end == tomorrow and plan[-1].start <= local_now()
