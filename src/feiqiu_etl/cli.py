@@ -73,6 +73,11 @@ def _emit(result, as_json: bool) -> None:
     render_summary(data)
 
 
+def _dotenv_names() -> set[str]:
+    ctx = click.get_current_context(silent=True)
+    return set((ctx.find_root().obj or {}).get("dotenv_names", ())) if ctx else set()
+
+
 def _exit_for(status: str) -> None:
     sys.exit(EXIT_CODES.get(status, 4))
 
@@ -103,16 +108,17 @@ def with_pipeline_options(fn):
 @click.pass_context
 def main(ctx: click.Context, env_file: str, verbose: int) -> None:
     """Pull the Feiqiu store API through one rate-limited request lane into PostgreSQL (ODS + DWD)."""
+    explicit = ctx.get_parameter_source("env_file") != click.core.ParameterSource.DEFAULT
     try:
-        load_env_file(env_file)
+        names = load_env_file(env_file, required=explicit)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
-    ctx.obj = {"verbose": verbose}
+    ctx.obj = {"verbose": verbose, "dotenv_names": names}
 
 
 @main.command()
-@click.option("--api-base", envvar="FEIQIU_API_BASE", required=True, help="API base URL (env FEIQIU_API_BASE)")
-@click.option("--site-id", "site_ids", multiple=True, required=True, help="store id(s); repeat or comma-separate")
+@click.option("--api-base", envvar="FEIQIU_API_BASE", help="API base URL (env FEIQIU_API_BASE)")
+@click.option("--site-id", "site_ids", multiple=True, help="store id(s); repeat or comma-separate (not for --dwd-only)")
 @click.option("--token", envvar="FEIQIU_API_TOKEN", help="API token (prefer env FEIQIU_API_TOKEN)")
 @click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)")
 @click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive')
@@ -133,6 +139,10 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
     _setup_logging(verbose)
     from feiqiu_etl.flowcli import FlowOptions, execute_flow
 
+    if dwd_only:  # no request is sent: the API settings are not needed
+        api_base, token = api_base or "http://127.0.0.1:9", token or "unused"
+    if not api_base:
+        raise UsageFailure("no API base URL: set FEIQIU_API_BASE or pass --api-base")
     if not token:
         raise UsageFailure("no API token: set FEIQIU_API_TOKEN or pass --token")
     if no_dwd and dwd_only:
@@ -140,12 +150,13 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
     if timeout is not None and not 0 < timeout <= MAX_TIMEOUT:
         raise UsageFailure(f"--timeout must be > 0 and <= {MAX_TIMEOUT:g} seconds, got {timeout:g}")
     options = FlowOptions(
-        api_base=api_base, token=token, site_ids=_parse_sites(site_ids),
+        api_base=api_base, token=token, site_ids=_parse_sites(site_ids) if site_ids or not dwd_only else [],
         task_codes=[c for c in tasks_csv.split(",") if c.strip()], connector_path=connector_path,
         overrides={**_parse_sets(sets), **_pipeline_overrides(pipeline_workers, pipeline_batch_size,
                                                                pipeline_rate_min, pipeline_rate_max)},
         window_start=window_start, window_end=window_end, timeout=timeout,
         load_dwd=not no_dwd, dwd_only=dwd_only, dwd_tables=[t for t in dwd_tables.split(",") if t.strip()],
+        strict_env_names=_dotenv_names(),
     )
     result = execute_flow(options, dsn)
     _emit(result, as_json)
@@ -153,7 +164,8 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
 
 
 @main.command()
-@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: database feiqiu_demo on the embedded server")
+@click.option("--dsn", help="PostgreSQL DSN (ETL_DB_DSN is NOT used: the demo never writes into the warehouse "
+                           "by accident); default: database feiqiu_demo on the embedded server")
 @click.option("--seed", type=int, default=7, show_default=True, help="simulated data seed")
 @click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True,
               help="simulated store size")
@@ -199,20 +211,27 @@ def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, no_risk_
 @click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: the embedded server")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
-def sql(query, dsn, demo, as_json) -> None:
-    """Run one read-only SQL QUERY against the warehouse and print the rows (e.g. after the demo)."""
+@click.pass_context
+def sql(ctx, query, dsn, demo, as_json) -> None:
+    """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
+
+    The statement is sent as a prepared statement (so a second statement is refused) inside a
+    READ ONLY transaction (so nothing can be written)."""
     import psycopg
 
     from feiqiu_etl.db.connection import connect
-
-    from feiqiu_etl.demo import DEMO_DATABASE
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.demo import DEMO_DATABASE
 
+    if demo:
+        if ctx.get_parameter_source("dsn") == click.core.ParameterSource.COMMANDLINE:
+            raise UsageFailure("--demo reads the embedded demo database; it does not go with --dsn")
+        dsn = None
     with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
         try:
             with connect(real_dsn) as conn:
                 conn.read_only = True
-                cur = conn.execute(query)
+                cur = conn.execute(query, prepare=True)
                 columns = [d.name for d in cur.description or []]
                 rows = cur.fetchall() if cur.description else []
         except psycopg.Error as exc:

@@ -71,7 +71,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
 
 def window_settings(config: AppConfig, start: str | None, end: str | None, now=None):
     from feiqiu_etl.tasks.ods.task import WindowSettings
-    from feiqiu_etl.tasks.ods.windows import Window, parse_local
+    from feiqiu_etl.tasks.ods.windows import EARLIEST_WINDOW, Window, fmt, local_now, parse_local
 
     segment = config.number("window.segment_days", float, minimum=1 / 24, maximum=31)
     lookback = config.number("window.lookback_hours", float, minimum=0, maximum=24 * 366)
@@ -84,6 +84,9 @@ def window_settings(config: AppConfig, start: str | None, end: str | None, now=N
             explicit = Window(parse_local(start), parse_local(end))
         except ValueError as exc:
             raise UsageFailure(f"bad window: {exc}") from None
+        latest = (now or local_now()) + timedelta(days=366)
+        if explicit.start < EARLIEST_WINDOW or explicit.end > latest:
+            raise UsageFailure(f"bad window: it must lie between {fmt(EARLIEST_WINDOW)} and a year from now")
     return WindowSettings(explicit=explicit, segment=timedelta(days=segment), lookback=timedelta(hours=lookback),
                           initial=timedelta(days=initial), now=now)
 
@@ -106,6 +109,7 @@ class FlowOptions:
     environ: dict[str, str] | None = None
     now: Any = None
     progress: bool = True
+    strict_env_names: set[str] = field(default_factory=set)
 
 
 def build_runner(options: FlowOptions, dsn: str, token: CancellationToken):
@@ -118,7 +122,7 @@ def build_runner(options: FlowOptions, dsn: str, token: CancellationToken):
     try:
         connector = load_connector(options.connector_path)
         config = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=options.overrides,
-                                environ=options.environ)
+                                environ=options.environ, strict_names=options.strict_env_names)
         windows = window_settings(config, options.window_start, options.window_end, now=options.now)
         return FlowRunner(
             connector=connector, app_config=config, dsn=dsn, api_base=options.api_base, token=options.token,

@@ -70,8 +70,9 @@ def test_cli_dwd_only_with_selected_tables_sends_no_request(pg_dsn):
         env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token}
         base = [sys.executable, "-m", "feiqiu_etl", "run", "--api-base", sim.base_url, "--site-id",
                 str(sim.config.site_ids[0]), "--dsn", pg_dsn, "--json"]
-        proc = subprocess.run([*base, "--dwd-only", "--dwd-tables", "dim_member,dwd_payment"],
-                              capture_output=True, text=True, env=env, timeout=120)
+        bare = [sys.executable, "-m", "feiqiu_etl", "run", "--dsn", pg_dsn, "--json"]  # no API settings needed
+        proc = subprocess.run([*bare, "--dwd-only", "--dwd-tables", "dim_member,dwd_payment"],
+                              capture_output=True, text=True, env=dict(os.environ), timeout=120)
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["tasks"] == [] and [t["table"] for t in out["dwd"]["tables"]] == ["dim_member", "dwd_payment"]
@@ -91,6 +92,13 @@ def test_sql_command_reads_but_never_writes(pg_dsn):
     assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": members}]
     denied = subprocess.run([*base, "DELETE FROM ods.member"], capture_output=True, text=True, timeout=60)
     assert denied.returncode == 2 and "read-only" in denied.stderr
+    for sneaky in ("COMMIT; DELETE FROM ods.member", "SET TRANSACTION READ WRITE; DELETE FROM ods.member",
+                   "ROLLBACK; DELETE FROM ods.member RETURNING 1", "SELECT 1; SELECT 2"):
+        proc = subprocess.run([*base, sneaky], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "multiple commands" in proc.stderr, sneaky
+    still = subprocess.run([*base, "--json", "SELECT count(*) AS n FROM ods.member WHERE member_id::text LIKE '%'"],
+                           capture_output=True, text=True, timeout=60)
+    assert json.loads(still.stdout) == [{"n": members}]
 
 
 def test_cancel_during_dwd_stops_starting_tables(pg_dsn):

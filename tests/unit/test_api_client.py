@@ -115,3 +115,12 @@ def test_parse_retry_after(value, expected):
 
 def test_retry_after_http_date_in_future():
     assert 9 < parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) <= 10
+
+
+def test_absurd_retry_hints_are_capped():
+    from feiqiu_etl.api.client import MAX_HINT
+
+    assert parse_retry_after("99999999999999999999") == MAX_HINT
+    client, seen = client_for([envelope(42901, {"retryAfter": 1e308}), envelope(0, {})])
+    _, clock = fetch(client)
+    assert MAX_HINT <= clock.waits[0] <= MAX_HINT * 1.1

@@ -108,15 +108,21 @@ def test_env_file_loads_without_overriding_and_rejects_garbage(tmp_path):
 
     env = {"PIPELINE_WORKERS": "3"}
     (tmp_path / ".env").write_text("PIPELINE_WORKERS=5\nFEIQIU_API_TOKEN=tok\n", encoding="utf-8")
-    assert load_env_file(tmp_path / ".env", env) == 1
+    assert load_env_file(tmp_path / ".env", env) == {"PIPELINE_WORKERS", "FEIQIU_API_TOKEN"}
     assert env == {"PIPELINE_WORKERS": "3", "FEIQIU_API_TOKEN": "tok"}  # the real environment wins
     (tmp_path / "bad.env").write_text('A="unterminated\nB=1\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="line 1"):
         load_env_file(tmp_path / "bad.env", {})
-    assert load_env_file(tmp_path / "missing.env", env) == 0
+    assert load_env_file(tmp_path / "missing.env", env) == set()
+    with pytest.raises(ConfigError, match="no such env file"):
+        load_env_file(tmp_path / "missing.env", env, required=True)
+    (tmp_path / "latin1.env").write_bytes(b"X=\xff\xfe\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_env_file(tmp_path / "latin1.env", {})
 
 
-def test_unknown_variables_in_our_namespaces_are_errors():
+def test_unknown_variables_from_dotenv_are_errors_but_other_software_s_are_ignored():
     with pytest.raises(ConfigError, match="PIPELINE_WOKERS"):
-        AppConfig.load(task_codes=CODES, environ={"PIPELINE_WOKERS": "3"})
-    AppConfig.load(task_codes=CODES, environ={"API_KEY": "x", "HOME": "/root"})  # not ours: ignored
+        AppConfig.load(task_codes=CODES, environ={"PIPELINE_WOKERS": "3"}, strict_names={"PIPELINE_WOKERS"})
+    AppConfig.load(task_codes=CODES, environ={"PIPELINE_WORKSPACE": "/agent/_work/1", "WINDOW_MANAGER": "x",
+                                              "API_KEY": "x", "HOME": "/root"})  # e.g. Azure Pipelines

@@ -30,3 +30,15 @@ def test_scrub_removes_password_pieces_from_driver_messages():
     assert "S3cretPW" not in scrub(msg, dsn)
     assert scrub("password authentication failed for user etl", "host=db password=pw1234") == \
         "password authentication failed for user etl"
+
+
+@pytest.mark.parametrize("dsn", [
+    "postgresql://postgres:TopSecret?Pw@localhost/nope",
+    "postgresql://postgres:TopSecret/Pw@/nope?host=/tmp/x",
+    "postgresql://postgres:Top:Secret#Pw@localhost:5432/db",
+])
+def test_unencoded_special_characters_in_uri_passwords(dsn):
+    from feiqiu_etl.db.connection import scrub
+
+    assert "Secret" not in redact_dsn(dsn)
+    assert "Secret" not in scrub('invalid integer value "TopSecret" for connection option "port"', dsn)

@@ -195,10 +195,14 @@ class APIClient:
         return BusinessError(text, endpoint=endpoint, code=code)
 
 
+MAX_HINT = 3600.0
+"""Longest wait a server hint may impose (s). Feiqiu bans last 300 s; anything beyond an hour is garbage."""
+
+
 def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value == value:
         return None
-    return float(value) if value > 0 else None
+    return min(float(value), MAX_HINT) if value > 0 else None
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -206,8 +210,8 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value) if int(value) > 0 else None
+    if value.isascii() and value.isdigit():
+        return min(float(value), MAX_HINT) if int(value) > 0 else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -217,4 +221,4 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     delta = when.timestamp() - (now if now is not None else time.time())
-    return delta if delta > 0 else None
+    return min(delta, MAX_HINT) if delta > 0 else None

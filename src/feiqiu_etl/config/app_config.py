@@ -63,10 +63,14 @@ class AppConfig:
         task_codes: Iterable[str],
         overrides: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
+        strict_names: Iterable[str] = (),
     ) -> "AppConfig":
         """Defaults, then ``environ`` (default: ``os.environ``; the CLI loads ``.env`` into it first with
-        :func:`load_env_file`), then ``overrides``. A variable in our namespaces (``PIPELINE_``, ``DWD_``,
-        ``WINDOW_``) that names no known key is a :class:`ConfigError`; unrelated variables are ignored."""
+        :func:`load_env_file`), then ``overrides``. A variable named in ``strict_names`` (those that came
+        from the ``.env`` file, which exists for us) in our namespaces (``PIPELINE_``, ``DWD_``, ``WINDOW_``)
+        that names no known key is a :class:`ConfigError`; in the real environment such variables may
+        belong to other software (e.g. Azure's ``PIPELINE_WORKSPACE``) and are ignored."""
+        strict = set(strict_names)
         env = dict(os.environ if environ is None else environ)
         cfg = cls(task_codes=task_codes)
         for name, value in env.items():
@@ -75,8 +79,8 @@ class AppConfig:
                 continue
             if cfg._known(key):
                 cfg._values[key] = value
-            elif not name.upper().startswith("API_"):  # API_* is too generic to claim
-                raise ConfigError(f"unknown setting {name} in the environment (or .env): no key {key!r}")
+            elif name in strict and not name.upper().startswith("API_"):  # API_* is too generic to claim
+                raise ConfigError(f"unknown setting {name} in .env: no key {key!r}")
         for key, value in (overrides or {}).items():
             cfg.set(key, value)
         return cfg
@@ -141,10 +145,11 @@ def env_to_key(name: str) -> str | None:
     return None
 
 
-def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] | None = None) -> int:
+def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] | None = None, *,
+                  required: bool = False) -> set[str]:
     """Load ``path`` (if it exists) into ``environ`` (default ``os.environ``) without overriding what is
-    already set. Returns how many variables were added. Raises :class:`ConfigError` naming the first line
-    python-dotenv could not parse (instead of its multi-line warning)."""
+    already set. Returns the names the file defines. Raises :class:`ConfigError` (one line) for a line
+    python-dotenv cannot parse, a file that is not UTF-8, or a missing file when ``required``."""
     import logging
 
     from dotenv import dotenv_values
@@ -152,7 +157,9 @@ def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] |
     target = os.environ if environ is None else environ
     p = Path(path)
     if not p.is_file():
-        return 0
+        if required:
+            raise ConfigError(f"{p}: no such env file")
+        return set()
     problems: list[str] = []
 
     class _Catch(logging.Handler):
@@ -164,15 +171,15 @@ def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] |
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        values = dotenv_values(p)
+        values = dotenv_values(p, encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
     if problems:
         raise ConfigError(f"{p}: {problems[0].rstrip('.')}")
-    added = 0
     for name, value in values.items():
         if value is not None and name not in target:
             target[name] = value
-            added += 1
-    return added
+    return set(values)

@@ -55,7 +55,7 @@ class EnvelopeModel(_Strict):
 class PaginationModel(_Strict):
     page_param: str = "page"
     limit_param: str = "limit"
-    first_page: int = 1
+    first_page: int = Field(1, ge=0)
     max_limit: int = Field(200, ge=1)
     max_pages: int = Field(5000, ge=1)
 

@@ -15,22 +15,36 @@ def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection:
     return conn
 
 
+def _split_uri(dsn: str) -> tuple[str, str | None, str, str] | None:
+    """``scheme://user:password@rest`` → (scheme, user, password or None, rest). The *last* ``@`` ends the
+    credentials, so a password may contain ``@``, ``/``, ``?`` or ``:`` even when not percent-encoded."""
+    if "://" not in dsn:
+        return None
+    scheme, _, rest = dsn.partition("://")
+    at = rest.rfind("@")
+    if at < 0:
+        return scheme, None, "", rest
+    userinfo, host = rest[:at], rest[at + 1:]
+    user, colon, password = userinfo.partition(":")
+    return scheme, user, password if colon else "", host
+
+
+_QUERY_PASSWORD = re.compile(r"(?i)(password=)([^&]*)")
+
+
 def redact_dsn(dsn: str) -> str:
     """Return ``dsn`` with its password replaced by ``***`` (safe for logs and error messages).
 
-    URIs: everything between ``user:`` and the *last* ``@`` of the authority is the password (passwords
-    may contain ``@``); ``password=`` in the query is masked too. Keyword form: parsed with libpq's rules
-    (quotes included). Anything unparseable is not shown at all.
+    URIs: see :func:`_split_uri`; ``password=`` in the query is masked too. Keyword form: parsed with
+    libpq's rules (quotes included). Anything unparseable is not shown at all.
     """
-    if "://" in dsn:
-        scheme, _, rest = dsn.partition("://")
-        head, question, query = rest.partition("?")
-        if "@" in head:
-            userinfo, _, host = head.rpartition("@")
-            user = userinfo.split(":", 1)[0]
-            head = f"{user}:***@{host}" if ":" in userinfo else f"{userinfo}@{host}"
-        query = re.sub(r"(?i)(password=)[^&]*", r"\1***", query)
-        return f"{scheme}://{head}{question}{query}"
+    parts = _split_uri(dsn)
+    if parts is not None:
+        scheme, user, password, host = parts
+        host = _QUERY_PASSWORD.sub(r"\1***", host)
+        if user is None:
+            return f"{scheme}://{host}"
+        return f"{scheme}://{user}{':***' if password else ''}@{host}"
     try:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -43,29 +57,25 @@ def redact_dsn(dsn: str) -> str:
 
 
 def scrub(text: str, dsn: str) -> str:
-    """Remove ``dsn``'s password (and its ``@``-separated pieces, which libpq may mistake for a host name)
-    from ``text``, e.g. a driver error message."""
+    """Remove ``dsn``'s password — and the pieces of it that libpq may take for a host, port or database
+    when it is not percent-encoded — from ``text``, e.g. a driver error message."""
     for secret in sorted(_secrets(dsn), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
 
 def _secrets(dsn: str) -> set[str]:
-    password = None
-    if "://" in dsn:
-        head = dsn.partition("://")[2].partition("?")[0]
-        userinfo = head.rpartition("@")[0]
-        if ":" in userinfo:
-            password = userinfo.split(":", 1)[1]
-        match = re.search(r"(?i)password=([^&]*)", dsn.partition("?")[2])
-        extra = {match.group(1)} if match and match.group(1) else set()
+    found: set[str] = set()
+    parts = _split_uri(dsn)
+    if parts is not None:
+        found.add(parts[2])
+        found.update(m.group(2) for m in _QUERY_PASSWORD.finditer(parts[3]))
     else:
-        extra = set()
         try:
             from psycopg.conninfo import conninfo_to_dict
 
-            password = conninfo_to_dict(dsn).get("password")
+            found.add(conninfo_to_dict(dsn).get("password") or "")
         except Exception:  # noqa: BLE001
-            password = None
-    found = extra | ({password} if password else set())
-    return {piece for secret in found for piece in [secret, *secret.split("@")] if len(piece) >= 3}
+            pass
+    pieces = {p for secret in found for p in re.split(r"[@/?:#&=]", secret)}
+    return {p for p in found | pieces if len(p) >= 3}

@@ -93,6 +93,8 @@ class PipelineConfig:
 
 def _coerce(raw: Any, default: Any, where: str) -> Any:
     kind = type(default)
+    if isinstance(raw, bool):
+        raise ValueError(f"{where}: expected {kind.__name__}, got {raw!r}")
     try:
         if kind is int:
             if isinstance(raw, float) and not raw.is_integer():

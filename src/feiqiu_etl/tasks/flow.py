@@ -166,6 +166,7 @@ class FlowRunner:
         self.pipeline_configs: dict[str, PipelineConfig] = {
             s.code: app_config.pipeline_config(s.code, s.pipeline) for s in self.specs
         }
+        app_config.number("dwd.parallel_workers", int, minimum=1, maximum=64)  # checked even if unused
         self.dwd_mapping = self._dwd_mapping() if load_dwd else None
         self.lane = RequestScheduler()
         factory = client_factory or APIClient

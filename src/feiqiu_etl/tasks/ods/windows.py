@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 SHANGHAI = timezone(timedelta(hours=8), "Asia/Shanghai")
 API_FORMAT = "%Y-%m-%d %H:%M:%S"
+EARLIEST_WINDOW = datetime(2000, 1, 1)  # explicit windows start after this (guards against typos like 0024)
 
 
 @dataclass(frozen=True, order=True)
