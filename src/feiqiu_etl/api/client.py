@@ -90,7 +90,6 @@ class APIClient:
             follow_redirects=False,
         )
         self._timeout = timeout
-        self.attempts_sent = 0
 
     def __repr__(self) -> str:
         return f"<APIClient {self._base} token=***>"
@@ -139,7 +138,6 @@ class APIClient:
     # -------------------------------------------------------------- one attempt
     def post(self, endpoint: str, body: dict) -> dict:
         """One HTTP POST; returns the envelope or raises a typed :class:`ApiError`."""
-        self.attempts_sent += 1
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         try:
             resp = self._http.post(endpoint, content=content, headers={"Authorization": f"Bearer {self.__token}"})

@@ -28,7 +28,7 @@ GLOBAL_KEYS: dict[str, str] = {
     "window.lookback_hours": "incremental runs re-fetch this many hours before the high-water mark (default 48)",
     "window.initial_days": "first incremental run fetches this many days back (default 7)",
     "window.segment_days": "maximum window segment length in days, <= 31 (default 7)",
-    "api.timeout": "HTTP timeout per request in seconds (default 30)",
+    "api.timeout": "HTTP timeout per request in seconds (default: the connector's timeout_seconds, 30)",
     "api.retry_attempts": "attempts per request including the first (default 3)",
     "api.retry_backoff": "first retry backoff in seconds, doubled each attempt (default 1)",
 }
@@ -37,7 +37,6 @@ DEFAULTS: dict[str, Any] = {
     "window.lookback_hours": 48.0,
     "window.initial_days": 7.0,
     "window.segment_days": 7.0,
-    "api.timeout": 30.0,
     "api.retry_attempts": 3,
     "api.retry_backoff": 1.0,
 }
@@ -98,9 +97,10 @@ class AppConfig:
             return self._values[key]
         return DEFAULTS.get(key, default)
 
-    def number(self, key: str, kind: type = float, *, minimum: float | None = None, maximum: float | None = None):
-        """``get`` converted to ``kind`` and range-checked; raises :class:`ConfigError`."""
-        raw = self.get(key)
+    def number(self, key: str, kind: type = float, *, minimum: float | None = None, maximum: float | None = None,
+               default: Any = None):
+        """``get(key, default)`` converted to ``kind`` and range-checked; raises :class:`ConfigError`."""
+        raw = self.get(key, default)
         try:
             value = kind(raw) if kind is float else int(str(raw).strip())
         except (TypeError, ValueError):

@@ -84,8 +84,7 @@ class ApiModel(_Strict):
     pagination: PaginationModel = PaginationModel()
     window: WindowModel = WindowModel()
     errors: ErrorsModel = ErrorsModel()
-    timeout_seconds: float = Field(30.0, gt=0)
-    groups: dict[str, list[str]] = {}
+    timeout_seconds: float = Field(30.0, gt=0, le=600)  # default of the api.timeout setting
 
 
 class DetailModel(_Strict):

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Hashable
 
-STATUSES = ("SUCCESS", "PARTIAL", "CANCELLED", "FAILED")
-
 
 @dataclass
 class PipelineRequest:
@@ -92,6 +90,22 @@ class PipelineResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def finish(self, *, aborted: bool, cancelled: bool, timing: dict[str, float], elapsed: float) -> "PipelineResult":
+        """Set ``cancelled``, ``timing`` (seconds per stage plus ``total``) and the status:
+        FAILED (aborted) > CANCELLED > PARTIAL (any failure recorded) > SUCCESS (spec §3.4)."""
+        self.cancelled = cancelled
+        self.timing = {k: round(v, 6) for k, v in timing.items()}
+        self.timing["total"] = round(elapsed, 6)
+        if aborted:
+            self.status = "FAILED"
+        elif cancelled:
+            self.status = "CANCELLED"
+        elif self.request_failures + self.processing_failures + self.write_failures > 0:
+            self.status = "PARTIAL"
+        else:
+            self.status = "SUCCESS"
+        return self
 
     def merge(self, other: "PipelineResult") -> None:
         """Add ``other``'s counters into this one (status is not changed)."""

@@ -43,7 +43,7 @@ class RequestScheduler:
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK):
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._state = threading.Lock()
         self._last_end: float | None = None
         self._sent = 0
@@ -56,10 +56,6 @@ class RequestScheduler:
     @property
     def clock(self) -> Clock:
         return self._clock
-
-    def exclusive(self) -> threading.RLock:
-        """The lane lock, re-entrant: hold it across the attempts of one logical request."""
-        return self._lock
 
     def send(
         self,

@@ -8,8 +8,9 @@ field by field.
 
 It is the oracle of the equivalence property and the baseline of the benchmarks: keep it short and
 obviously correct, never clever or fast. It starts no threads. It inherits only the constructor wiring
-(transport, config, lane, token, logger, limiter) from ``UnifiedPipeline``; the counting and status rules
-are restated here on purpose, so that a mistake in the engine's cannot hide in the comparison.
+(transport, config, lane, token, logger, limiter) from ``UnifiedPipeline``; the counting is restated here
+on purpose, so that a mistake in the engine's cannot hide in the comparison. The final status rule is
+shared (``PipelineResult.finish``); Properties 8, 11 and 12 check it against their own expectations.
 """
 
 from __future__ import annotations
@@ -234,16 +235,5 @@ class _SerialRun:
         self.owner.logger.warning("%s failure: %s", stage, error.get("error"))
 
     def _finish(self, started: float) -> PipelineResult:
-        r = self.result
-        r.cancelled = self.token.is_cancelled
-        r.timing = {k: round(v, 6) for k, v in self.timing.items()}
-        r.timing["total"] = round(time.monotonic() - started, 6)
-        if self.aborted:
-            r.status = "FAILED"
-        elif r.cancelled:
-            r.status = "CANCELLED"
-        elif r.request_failures + r.processing_failures + r.write_failures > 0:
-            r.status = "PARTIAL"
-        else:
-            r.status = "SUCCESS"
-        return r
+        return self.result.finish(aborted=self.aborted, cancelled=self.token.is_cancelled, timing=self.timing,
+                                  elapsed=time.monotonic() - started)

@@ -431,20 +431,9 @@ class _Run:
         self.log.warning("%s failure: %s", stage, error.get("error"))
 
     def _finish(self, started: float) -> PipelineResult:
-        r = self.result
-        r.cancelled = self.token.is_cancelled
         self.timing["write"] = self.writer.seconds_writing
-        r.timing = {k: round(v, 6) for k, v in self.timing.items()}
-        r.timing["total"] = round(time.monotonic() - started, 6)
-        if self.aborted:
-            r.status = "FAILED"
-        elif r.cancelled:
-            r.status = "CANCELLED"
-        elif r.request_failures + r.processing_failures + r.write_failures > 0:
-            r.status = "PARTIAL"
-        else:
-            r.status = "SUCCESS"
-        return r
+        return self.result.finish(aborted=self.aborted, cancelled=self.token.is_cancelled, timing=self.timing,
+                                  elapsed=time.monotonic() - started)
 
 
 _SECRET_KEYS = ("token", "authorization", "password", "secret")

@@ -172,7 +172,7 @@ class FlowRunner:
         factory = client_factory or APIClient
         retry = RetryPolicy(attempts=app_config.number("api.retry_attempts", int, minimum=1, maximum=20),
                             base=app_config.number("api.retry_backoff", float, minimum=0.0, maximum=600.0))
-        timeout = app_config.number("api.timeout", float, minimum=0.1, maximum=600.0)
+        timeout = app_config.number("api.timeout", float, minimum=0.1, maximum=600.0, default=api.timeout_seconds)
         self.client = factory(api_base, token, timeout=timeout, retry=retry, rules=envelope_rules(connector))
         self._state = _FlowState()
         self._current: tuple[str, int, object] | None = None
