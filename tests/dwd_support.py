@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from feiqiu_etl.connector import load_connector
-from feiqiu_etl.tasks.ods.spec import KeyColumn
+from feiqiu_etl.connector.spec import KeyColumn
 
 SITE = 8640015201004417
 SITE2 = 8640015201009999

@@ -11,7 +11,7 @@ from feiqiu_etl.connector import load_connector
 from feiqiu_etl.flowcli import FlowOptions, build_runner
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
-from feiqiu_etl.tasks.ods.windows import fmt
+from feiqiu_etl.connector.windows import fmt
 
 CONNECTOR = load_connector()
 ANCHOR = datetime(2024, 3, 4, 0, 0, 0)

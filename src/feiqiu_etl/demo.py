@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from feiqiu_etl.flowcli import FlowOptions, execute_flow
-from feiqiu_etl.tasks.ods.windows import fmt
+from feiqiu_etl.connector.windows import fmt
 
 DEMO_SETTINGS = {
     "pipeline.rate_min": 0.05,

@@ -71,7 +71,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
 
 def window_settings(config: AppConfig, start: str | None, end: str | None, now=None):
     from feiqiu_etl.tasks.ods.task import WindowSettings
-    from feiqiu_etl.tasks.ods.windows import EARLIEST_WINDOW, Window, fmt, local_now, parse_local
+    from feiqiu_etl.connector.windows import EARLIEST_WINDOW, Window, fmt, local_now, parse_local
 
     segment = config.number("window.segment_days", float, minimum=1 / 24, maximum=31)
     lookback = config.number("window.lookback_hours", float, minimum=0, maximum=24 * 366)

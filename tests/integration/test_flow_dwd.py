@@ -14,7 +14,7 @@ import psycopg
 from dwd_support import scd2_violations
 from feiqiu_etl.simulator import Simulator
 from feiqiu_etl.tasks.dwd import load_dwd_mapping
-from feiqiu_etl.tasks.ods.windows import fmt
+from feiqiu_etl.connector.windows import fmt
 from flowkit import ANCHOR, run_flow, sim_config
 
 MAPPING = load_dwd_mapping()

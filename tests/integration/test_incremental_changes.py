@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from feiqiu_etl.simulator import Simulator
-from feiqiu_etl.tasks.ods.windows import fmt
+from feiqiu_etl.connector.windows import fmt
 from flowkit import ANCHOR, CONNECTOR, ods_rows, run_flow, sim_config
 
 WINDOW = dict(window_start=fmt(ANCHOR - timedelta(days=2)), window_end=fmt(ANCHOR + timedelta(days=1)))

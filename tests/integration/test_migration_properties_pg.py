@@ -36,9 +36,9 @@ from feiqiu_etl.pipeline import CancellationToken, FakeClock, RequestScheduler, 
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.serial_reference import SerialReference
 from feiqiu_etl.tasks.ods import task as task_module
-from feiqiu_etl.tasks.ods.spec import OdsTaskSpec, split_table
+from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, WindowSettings
-from feiqiu_etl.tasks.ods.windows import Window, fmt
+from feiqiu_etl.connector.windows import Window, fmt
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import yaml
 
 from feiqiu_etl.connector.model import default_connector_path
 from feiqiu_etl.simulator import Simulator
-from feiqiu_etl.tasks.ods.windows import fmt
+from feiqiu_etl.connector.windows import fmt
 from flowkit import ANCHOR, ods_rows, run_flow, sim_config
 
 WINDOW = dict(window_start=fmt(ANCHOR - timedelta(days=2)), window_end=fmt(ANCHOR + timedelta(days=1)))

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from feiqiu_etl.simulator import Simulator
-from feiqiu_etl.tasks.ods.windows import fmt, local_now
+from feiqiu_etl.connector.windows import fmt, local_now
 from flowkit import CONNECTOR, FAST, SIM_RISK, ods_rows, run_flow
 
 RESUME = {"window.initial_days": 3, "window.lookback_hours": 0, "window.segment_days": 0.5}
@@ -139,7 +139,7 @@ def test_an_explicit_window_into_the_future_is_checkpointed_only_up_to_now(live_
             "SELECT window_end FROM etl_meta.window_progress WHERE task_code = 'ODS_PAYMENT'")]
     assert ends and max(ends) <= local_now() and max(ends) >= before
     # so an incremental run tomorrow still fetches everything after this run
-    from feiqiu_etl.tasks.ods.windows import Window, plan_incremental
+    from feiqiu_etl.connector.windows import Window, plan_incremental
 
     with psycopg.connect(pg_dsn) as conn:
         conn.execute("SET TIME ZONE 'Asia/Shanghai'")

@@ -25,7 +25,7 @@ from feiqiu_etl.connector.model import load_connector
 from feiqiu_etl.pipeline import FakeClock, PipelineRequest, WriteResult
 from feiqiu_etl.tasks.ods.processing import OdsProcessor
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, layouts_for
-from feiqiu_etl.tasks.ods.spec import KeyColumn, OdsTaskSpec
+from feiqiu_etl.connector.spec import KeyColumn, OdsTaskSpec
 from feiqiu_etl.tasks.ods.writer import detail_request
 
 from pipeline_support import UpstreamError, gaps, pipeline_configs, run_engine

@@ -3,7 +3,7 @@ from datetime import datetime, timedelta
 import pytest
 from hypothesis import given, strategies as st
 
-from feiqiu_etl.tasks.ods.windows import Window, merge, parse_local, plan_incremental, split, subtract
+from feiqiu_etl.connector.windows import Window, merge, parse_local, plan_incremental, split, subtract
 
 T0 = datetime(2024, 3, 1)
 

@@ -1,7 +1,7 @@
 """Schema and loader for connector YAML files (the Feiqiu connector is ``feiqiu.yaml`` beside this file).
 
 The file is validated with pydantic; any error is reported as one line naming the file, the task and the
-field (``ConnectorError``). Loading turns task entries into :class:`~feiqiu_etl.tasks.ods.spec.OdsTaskSpec`.
+field (``ConnectorError``). Loading turns task entries into :class:`~feiqiu_etl.connector.spec.OdsTaskSpec`.
 This module never performs network or database I/O.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from feiqiu_etl.connector.yamldoc import describe, read_yaml
-from feiqiu_etl.tasks.ods.spec import DetailSpec, KeyColumn, OdsTaskSpec
+from feiqiu_etl.connector.spec import DetailSpec, KeyColumn, OdsTaskSpec
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,62}$")

@@ -13,7 +13,7 @@ from typing import Iterable
 import psycopg
 from psycopg import sql
 
-from feiqiu_etl.tasks.ods.spec import KeyColumn, OdsTaskSpec, split_table
+from feiqiu_etl.connector.spec import KeyColumn, OdsTaskSpec, split_table
 
 SCHEMAS = ("ods", "dwd", "etl_meta")
 

@@ -28,7 +28,7 @@ from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.log_buffer import TaskLogBuffer
 from feiqiu_etl.pipeline.models import PipelineRequest
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
-from feiqiu_etl.tasks.ods.spec import OdsTaskSpec
+from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.tasks.ods.task import ApiConventions, BaseOdsTask, TaskRun, WindowSettings
 
 STATUS_ORDER = {"SUCCESS": 0, "PARTIAL": 1, "CANCELLED": 2, "FAILED": 3}

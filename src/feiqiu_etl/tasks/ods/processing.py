@@ -17,8 +17,8 @@ from typing import Any, Callable
 from feiqiu_etl.pipeline.models import PipelineRequest, ProcessOutput, ResponseItem
 from feiqiu_etl.tasks.ods.hashing import canonical_json, hash_text, strip_nul
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
-from feiqiu_etl.tasks.ods.spec import OdsTaskSpec
-from feiqiu_etl.tasks.ods.windows import parse_local, to_aware
+from feiqiu_etl.connector.spec import OdsTaskSpec
+from feiqiu_etl.connector.windows import parse_local, to_aware
 
 
 class ResponseShapeError(ValueError):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Hashable
 
-from feiqiu_etl.tasks.ods.spec import KeyColumn, OdsTaskSpec
+from feiqiu_etl.connector.spec import KeyColumn, OdsTaskSpec
 
 
 @dataclass(frozen=True)

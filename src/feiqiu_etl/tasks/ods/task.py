@@ -24,8 +24,8 @@ from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
 from feiqiu_etl.tasks.ods.rows import layouts_for
-from feiqiu_etl.tasks.ods.spec import OdsTaskSpec, split_table
-from feiqiu_etl.tasks.ods.windows import Window, fmt, from_aware, local_now, plan_incremental, split, to_aware
+from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
+from feiqiu_etl.connector.windows import Window, fmt, from_aware, local_now, plan_incremental, split, to_aware
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
 
 

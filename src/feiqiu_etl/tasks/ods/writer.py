@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 
 from feiqiu_etl.pipeline.models import PipelineRequest, WriteResult
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
-from feiqiu_etl.tasks.ods.spec import OdsTaskSpec, split_table
+from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 
 
 def detail_request(spec: OdsTaskSpec, record: dict, *, scope: Any = None) -> PipelineRequest:
