@@ -93,6 +93,22 @@ CREATE TABLE IF NOT EXISTS etl_meta.run_log (
     message  text NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
+CREATE TABLE IF NOT EXISTS etl_meta.run_request (
+    run_id     text NOT NULL,
+    lane       text NOT NULL,
+    seq        integer NOT NULL,
+    site_id    bigint,
+    task       text,
+    request    text,
+    gap_class  text,
+    started_at timestamptz NOT NULL,
+    seconds    double precision NOT NULL,
+    gap        double precision,
+    wait_reason text,
+    outcome    text NOT NULL,
+    detail     text,
+    PRIMARY KEY (run_id, lane, seq)
+);
 CREATE TABLE IF NOT EXISTS etl_meta.snapshot_done (
     connector    text NOT NULL,
     task_code    text NOT NULL,

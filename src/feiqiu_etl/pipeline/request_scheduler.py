@@ -78,6 +78,25 @@ class LaneStatistics:
     waited_seconds: float
 
 
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt as the lane saw it (for timelines): monotonic ``started``/``ended`` (s), the wait before it
+    (``gap``, s, None for the first request) and why it waited, and ``outcome``: ``ok``, ``throttled``,
+    ``banned``, ``hold`` (a retry hint), ``timeout``, ``unreachable``, ``aborted`` (cancelled in flight) or
+    ``error``; ``detail`` is the error's one-line text."""
+
+    seq: int
+    started: float
+    ended: float
+    label: str | None
+    tenant: Hashable | None
+    gap_class: str | None
+    gap: float | None
+    wait_reason: str | None
+    outcome: str
+    detail: str | None = None
+
+
 @dataclass
 class _Waiting:
     tenant: Hashable | None
@@ -98,10 +117,12 @@ class RequestScheduler:
     """
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, *, name: str = "lane",
-                 max_transport_failures: int | None = None, logger: logging.Logger | None = None):
+                 max_transport_failures: int | None = None, logger: logging.Logger | None = None,
+                 observer: Callable[[AttemptRecord], None] | None = None):
         if max_transport_failures is not None and max_transport_failures < 1:
             raise ValueError(f"max_transport_failures must be >= 1, got {max_transport_failures}")
         self.name = name
+        self._observer = observer
         self._clock = clock
         self._log = logger or logging.getLogger("feiqiu_etl.lane")
         self._max_transport = max_transport_failures
@@ -177,8 +198,8 @@ class RequestScheduler:
         """
         ticket = self._acquire(tenant, cancel_event)
         try:
-            self._wait_gap(limiter, cancel_event, min_wait, gap_class, tenant, label)
-            return self._call(fn, cancel_event, gap_class, abortable)
+            reason = self._wait_gap(limiter, cancel_event, min_wait, gap_class, tenant, label)
+            return self._call(fn, cancel_event, gap_class, abortable, label, tenant, reason)
         finally:
             self._release(ticket)
 
@@ -227,7 +248,8 @@ class RequestScheduler:
             self._cond.notify_all()
 
     def _wait_gap(self, limiter: RateLimiter, cancel_event: threading.Event | None, min_wait: float,
-                  gap_class: str | None, tenant: Hashable | None, label: str | None) -> None:
+                  gap_class: str | None, tenant: Hashable | None, label: str | None) -> str | None:
+        """Wait until the request is due; returns why it waited (a :data:`WAIT_REASONS` entry, None if not)."""
         if cancel_event is not None and cancel_event.is_set():
             with self._cond:
                 self._cancelled_waits += 1
@@ -264,9 +286,11 @@ class RequestScheduler:
             with self._cond:
                 self._cancelled_waits += 1
             raise Cancelled()
+        return due.reason if remaining > 0 else None
 
     def _call(self, fn: Callable[[], T], cancel_event: threading.Event | None, gap_class: str | None,
-              abortable: bool) -> T:
+              abortable: bool, label: str | None = None, tenant: Hashable | None = None,
+              reason: str | None = None) -> T:
         with self._cond:
             self._in_flight = True
             self._due = None
@@ -289,6 +313,16 @@ class RequestScheduler:
                 self._hold = None
                 self._in_flight = False
                 self._note_outcome(error, end, gap_class, gap_at_send)
+                seq = self._sent
+            if self._observer is not None:
+                self._observe(AttemptRecord(seq, started, end, label, tenant, gap_class, gap_at_send, reason,
+                                            _outcome(error), _detail(error)))
+
+    def _observe(self, record: AttemptRecord) -> None:
+        try:
+            self._observer(record)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - an observer must never break the lane
+            self._log.debug("lane observer failed", exc_info=True)
 
     def _on_abort(self) -> None:
         with self._cond:
@@ -361,6 +395,28 @@ class RequestScheduler:
         s = self.statistics()
         return (f"<RequestScheduler {self.name} sent={s.requests_sent} in_flight={s.in_flight} "
                 f"next_due_in={s.next_due_in:.2f}s reason={s.wait_reason}>")
+
+
+def _outcome(error: BaseException | None) -> str:
+    if error is None:
+        return "ok"
+    if isinstance(error, Cancelled):
+        return "aborted"
+    backoff = getattr(error, "lane_backoff", None)
+    if backoff is not None:
+        return {"throttled": "throttled", "banned": "banned"}.get(backoff.kind, "hold")
+    if getattr(error, "transport_failure", False):
+        return "unreachable"
+    if getattr(error, "hold_lane_seconds", 0):
+        return "timeout"
+    return "error"
+
+
+def _detail(error: BaseException | None) -> str | None:
+    if error is None or isinstance(error, Cancelled):
+        return None
+    text = " ".join(str(error).split())[:200]
+    return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
 
 
 def _run_abortable(fn: Callable[[], T], cancel_event: threading.Event, on_abort: Callable[[], None]) -> T:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -82,6 +83,7 @@ class FlowRunner:
         runtime = LaneRuntime(dsn=dsn, run_id=self.run_id, token=self.token, rules=envelope_rules(plan.connector),
                               conventions=ApiConventions.of(plan.connector),
                               detail_max_attempts=plan.detail_max_attempts, store_log=self._store_block,
+                              store_request=self._store_request,
                               client_factory=client_factory, connect=self._connect, abortable=abortable)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
@@ -90,10 +92,13 @@ class FlowRunner:
         self._phase = "starting"
         self._dwd_task = None
         self._lock = threading.Lock()
+        self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
+        self._t0 = time.monotonic()
 
     # ------------------------------------------------------------------------------------------------ run
     def run(self) -> RunResult:
         started = datetime.now(timezone.utc)
+        self._t0 = time.monotonic()
         self.result.started_at = started.isoformat()
         plan = self.plan
         with self._connect(self.dsn) as conn:
@@ -178,6 +183,8 @@ class FlowRunner:
     def _record_end(self) -> None:
         r = self.result
         summary = r.to_dict()
+        summary["timeline"] = {"rows": _downsample(self._series + [[round(time.monotonic() - self._t0, 2),
+                                                                     r.totals()["rows_written"]]])}
         if self.control is not None:
             self.control.stop()
         try:
@@ -194,6 +201,10 @@ class FlowRunner:
         if self.control is not None:
             self.control.log(item)
 
+    def _store_request(self, record: dict) -> None:
+        if self.control is not None:
+            self.control.request(record)
+
     def _store_block(self, block: list, lane: str, site_id: int, task: str) -> None:
         for e in block:
             self._store_entry(entry(e.timestamp, logging.getLevelName(e.level), e.message,
@@ -204,10 +215,15 @@ class FlowRunner:
         """Live status of the run (published about once a second; also drives the progress display)."""
         lanes = [lane.snapshot() for lane in self.lanes]
         done = sum(lane["tasks_done"] for lane in lanes)
+        elapsed = time.monotonic() - self._t0
+        rows = sum(lane["rows_written"] for lane in lanes)
+        with self._lock:
+            if not self._series or elapsed - self._series[-1][0] >= 1.0:
+                self._series.append([round(elapsed, 2), rows])
         return {
             "run_id": self.run_id, "phase": self._phase, "cancelling": self.token.is_cancelled,
             "tasks_done": done, "tasks": self.plan.task_count, "lanes": lanes,
-            "rows_written": sum(lane["rows_written"] for lane in lanes),
+            "elapsed_s": round(elapsed, 1), "rows_written": rows,
             "rows_per_s": round(sum(lane["rows_per_s"] for lane in lanes), 1),
             "requests_sent": sum(lane["requests_sent"] for lane in lanes),
             "requests_remaining": sum(lane["requests_remaining"] for lane in lanes),
@@ -216,6 +232,14 @@ class FlowRunner:
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]
+
+
+def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]]:
+    """At most ``limit`` points, keeping the first and the last."""
+    if len(series) <= limit:
+        return series
+    step = len(series) / (limit - 1)
+    return [series[int(i * step)] for i in range(limit - 1)] + [series[-1]]
 
 
 def _first_reason(result: RunResult) -> str | None:

@@ -18,14 +18,15 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.api.errors import AuthError, SiteForbiddenError
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.models import PipelineRequest
-from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
+from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import UnifiedPipeline
 from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
 from feiqiu_etl.runner.executor import TaskExecutor
@@ -61,6 +62,7 @@ class LaneRuntime:
     conventions: Any
     detail_max_attempts: int
     store_log: Callable[[list, str, int, str], None]
+    store_request: Callable[[dict], None] = lambda record: None
     client_factory: Callable[..., APIClient] = APIClient
     connect: Callable | None = None
     abortable: bool = True
@@ -74,7 +76,8 @@ class LaneRunner:
         self.rt = runtime
         self.log = logging.getLogger(f"feiqiu_etl.lane.{lane.name}")
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
-                                          logger=self.log)
+                                          logger=self.log, observer=self._attempt)
+        self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
                                              connect_timeout=lane.connect_timeout)
@@ -153,6 +156,21 @@ class LaneRunner:
                 store.refused = f"store {store.plan.site_id} is not authorised for this token (40103)"
                 raise
         return transport
+
+    def _attempt(self, record: AttemptRecord) -> None:
+        """One lane attempt, for the run's timeline (wall-clock times, the store's task at that moment)."""
+        task = None
+        for store in self._stores:
+            if store.plan.site_id == record.tenant and store.current is not None:
+                task = store.current[0].code
+        self.rt.store_request({
+            "lane": self.plan.name, "seq": record.seq, "site_id": record.tenant, "task": task,
+            "request": record.label, "gap_class": record.gap_class,
+            "started_at": datetime.fromtimestamp(self._wall0 + record.started, timezone.utc),
+            "seconds": round(record.ended - record.started, 4),
+            "gap": None if record.gap is None else round(record.gap, 4), "wait_reason": record.wait_reason,
+            "outcome": record.outcome, "detail": record.detail,
+        })
 
     def _observe(self, store: _StoreState, task: TaskPlan, pipeline: UnifiedPipeline | None) -> None:
         with self._lock:

@@ -56,6 +56,7 @@ class RunControl:
         self._on_lane_lost = on_lane_lost
         self._conn: psycopg.Connection | None = None
         self._logs: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[dict] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beats = 0
@@ -80,6 +81,10 @@ class RunControl:
     def log(self, entry: dict) -> None:
         """Queue one stored-log entry ``{ts, level, lane, site_id, task, message}`` (thread-safe)."""
         self._logs.put(entry)
+
+    def request(self, record: dict) -> None:
+        """Queue one lane attempt for the run's timeline (``registry.REQUEST_COLUMNS``; thread-safe)."""
+        self._requests.put(record)
 
     def flush_now(self) -> None:
         """Write queued log entries from the calling thread (used at the very end of a run)."""
@@ -122,21 +127,22 @@ class RunControl:
             self._cancel(f"cancel requested by {by or 'another process'}")
 
     def _flush_logs(self, conn: psycopg.Connection) -> None:
-        entries = []
-        while True:
+        for source, write in ((self._logs, registry.append_log), (self._requests, registry.append_requests)):
+            entries = []
+            while True:
+                try:
+                    entries.append(source.get_nowait())
+                except queue.Empty:
+                    break
+            if not entries:
+                continue
             try:
-                entries.append(self._logs.get_nowait())
-            except queue.Empty:
-                break
-        if not entries:
-            return
-        try:
-            registry.append_log(conn, self._run_id, entries)
-            self._logged += len(entries)
-        except psycopg.Error:
-            for e in entries:  # keep them for the next beat
-                self._logs.put(e)
-            raise
+                write(conn, self._run_id, entries)
+                self._logged += len(entries) if source is self._logs else 0
+            except psycopg.Error:
+                for e in entries:  # keep them for the next beat
+                    source.put(e)
+                raise
 
     def _listen(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for a cancel notification addressed to this run (or for stop)."""

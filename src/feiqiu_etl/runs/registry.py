@@ -96,6 +96,33 @@ def append_log(conn: psycopg.Connection, run_id: str, entries: list[dict]) -> No
     conn.commit()
 
 
+REQUEST_COLUMNS = ("lane", "seq", "site_id", "task", "request", "gap_class", "started_at", "seconds", "gap",
+                   "wait_reason", "outcome", "detail")
+
+
+def append_requests(conn: psycopg.Connection, run_id: str, records: list[dict]) -> None:
+    """Append lane attempts (dicts with :data:`REQUEST_COLUMNS`) to ``etl_meta.run_request`` (the timeline)."""
+    if not records:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO etl_meta.run_request (run_id, lane, seq, site_id, task, request, gap_class, started_at, "
+            "seconds, gap, wait_reason, outcome, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            [(run_id, *(r.get(c) for c in REQUEST_COLUMNS)) for r in records])
+    conn.commit()
+
+
+def run_requests(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]:
+    """The lane attempts of a run in time order (for the timeline chart)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT lane, seq, site_id, task, request, gap_class, started_at, seconds, gap, wait_reason, outcome, "
+            "detail FROM etl_meta.run_request WHERE run_id = %s ORDER BY started_at, lane, seq", (run_id,)).fetchall()
+    conn.commit()
+    return rows
+
+
 def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
     """Mark ``INTERRUPTED`` every ``RUNNING`` run whose process is gone: on this host, its pid is dead (or now
     belongs to another process); elsewhere, its heartbeat is older than ``stale_after`` seconds. Returns
