@@ -78,12 +78,13 @@ def eta_errors(sim: Simulator, dsn: str) -> dict:
     return out
 
 
-def cancel_latency(sim: Simulator, dsn: str, trials: int) -> list[dict]:
+def cancel_latency(sim: Simulator, server: EmbeddedPostgres, trials: int) -> list[dict]:
     env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token}
     py = [sys.executable, "-m", "feiqiu_etl"]
     sets = [f"--set={k}={v}" for k, v in GAPS.items()]
     out = []
-    for _ in range(trials):
+    for trial in range(trials):
+        dsn = _dsn(server, f"bench_cancel_{trial}")  # a fresh warehouse: a full first run to cancel
         sim.clear_log()
         proc = subprocess.Popen([*py, "run", "--api-base", sim.base_url, "--site-id", str(sim.config.site_ids[0]),
                                  "--dsn", dsn, "--no-dwd", "--unsafe-gaps", "--no-progress", "--json",
@@ -117,7 +118,7 @@ def main() -> None:
             first = eta_errors(sim, dsn)
             sim.dataset.mutate_random(0.1, 5)
             second = eta_errors(sim, dsn)
-            latencies = cancel_latency(sim, _dsn(server, "bench_cancel"), args.trials)
+            latencies = cancel_latency(sim, server, args.trials)
     finally:
         server.stop()
     print("command: python benchmarks/bench_operations.py --trials", args.trials)
