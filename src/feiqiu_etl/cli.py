@@ -10,6 +10,7 @@ stderr. Secrets (the API token, DB passwords) are never printed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -428,5 +429,36 @@ from feiqiu_etl.commands import register  # noqa: E402 - the operations commands
 register(main)
 
 
+def entry() -> None:
+    """The console script: ``main`` with a last line of defence — whatever escapes becomes one line on
+    stderr and a documented exit code (7 for the database, 1 for a bug), never a traceback (``-vv`` adds it)."""
+    import logging
+    import traceback
+
+    try:
+        main()
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        import psycopg
+
+        from feiqiu_etl import exitcodes
+        from feiqiu_etl.db.health import DatabaseUnavailable
+
+        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exc()
+        if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):
+            from feiqiu_etl.db.connection import scrub
+
+            dsn = os.environ.get("ETL_DB_DSN", "")
+            click.echo(f"Error: database unavailable: {scrub(text, dsn) if dsn else text}", err=True)
+            sys.exit(exitcodes.DATABASE_LOST)
+        click.echo(f"Error: internal error ({exc.__class__.__name__}: {text}); please report it "
+                   "(run with -vv for the details)", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

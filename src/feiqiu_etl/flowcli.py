@@ -20,6 +20,7 @@ import psycopg
 
 from feiqiu_etl.config.app_config import ConfigError
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
 
@@ -28,6 +29,12 @@ class UsageFailure(click.ClickException):
     """One-line configuration error; exit code 2."""
 
     exit_code = exitcodes.USAGE
+
+
+class DatabaseLost(click.ClickException):
+    """The database went away and did not come back in time (one line; exit code 7)."""
+
+    exit_code = exitcodes.DATABASE_LOST
 
 
 class CancelledEarly(click.ClickException):
@@ -184,8 +191,11 @@ def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.config.number("progress.heartbeat_seconds", float)
-            with live_progress(runner, enabled=progress, heartbeat=heartbeat):
-                return runner.run()
+            try:
+                with live_progress(runner, enabled=progress, heartbeat=heartbeat):
+                    return runner.run()
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                raise DatabaseLost(f"database unavailable: {_one_line(exc, real_dsn)}") from None
     finally:
         token.dispose()
 

@@ -29,6 +29,7 @@ def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetim
         connector=inputs.connector, lanes=lanes, load_ods=inputs.load_ods, dwd=inputs.dwd, now=now,
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
         unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.detail_max_attempts,
+        db_unavailable_limit=inputs.config.number("db.unavailable_limit", float),
         settings=settings_snapshot(inputs),
     )
 

@@ -177,6 +177,7 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
+    db_unavailable_limit: float = 60.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

@@ -108,7 +108,7 @@ class DwdLoadTask:
 
     def __init__(self, dsn: str, mapping: DwdMapping, *, parallel_workers: int = 4, run_id: str,
                  logger: logging.Logger | None = None, now: datetime | None = None,
-                 cancel_event: threading.Event | None = None):
+                 cancel_event: threading.Event | None = None, health: Any = None):
         if parallel_workers < 1:
             raise ValueError(f"parallel_workers must be >= 1, got {parallel_workers}")
         if not run_id:
@@ -122,6 +122,7 @@ class DwdLoadTask:
         self.log = logger or logging.getLogger(__name__)
         self.now = now
         self.cancel_event = cancel_event
+        self.health = health  # a feiqiu_etl.db.health.DatabaseHealth: a lost connection retries the table
 
     def load(self, only_tables: list[str] | None = None, serial: bool = False) -> DwdSummary:
         """Merge the dimensions, then load the facts; return the :class:`DwdSummary`.
@@ -149,10 +150,16 @@ class DwdLoadTask:
             return list(pool.map(lambda t: self._run_table(t, now), group))
 
     def _load_one(self, table: DwdTable, now: datetime) -> LoadCounts:
-        with connect(self.dsn) as conn:
+        def load(conn) -> LoadCounts:
             if table.is_dimension:
                 return merge_dim_scd2(conn, table, now=now, run_id=self.run_id)
             return load_fact(conn, table, run_id=self.run_id)
+
+        if self.health is not None:  # one transaction per table: after a lost connection, the table again
+            with self.health.slot() as slot:
+                return slot.run(load)
+        with connect(self.dsn) as conn:
+            return load(conn)
 
     def _run_table(self, table: DwdTable, now: datetime) -> DwdTableResult:
         """Load one table on its own connection; never raises (errors become the result's ``error``).

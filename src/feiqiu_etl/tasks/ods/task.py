@@ -20,6 +20,7 @@ from typing import Any, Callable, Hashable, Iterator
 import psycopg
 
 from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
 from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
@@ -116,6 +117,7 @@ class BaseOdsTask:
         detail_max_attempts: int = 5,
         lane_name: str | None = None,
         connect: Callable[[str], psycopg.Connection] | None = None,
+        health: DatabaseHealth | None = None,
     ):
         self.task = task
         self.spec = task.spec
@@ -132,17 +134,21 @@ class BaseOdsTask:
         self.detail_max_attempts = detail_max_attempts
         self.lane_name = lane_name
         self._connect = connect
+        self.health = health
 
     def execute(self) -> TaskRun:
+        """Run the task; with a :class:`DatabaseHealth` every database step survives a lost connection
+        (reconnect, then the step again), else the first database error is the step's failure."""
         from feiqiu_etl.db.connection import connect
 
         spec, site_id = self.spec, self.task.site_id
         layouts = layouts_for(spec)
-        with (self._connect or connect)(self.dsn) as conn:
-            self._record_horizon(conn)
-            pending = self._pending_details(conn, site_id) if spec.detail else []
+        slot = self.health.slot() if self.health is not None else DirectSlot(self.dsn, self._connect or connect)
+        try:
+            slot.run(self._record_horizon)
+            pending = slot.run(lambda c: self._pending_details(c, site_id)) if spec.detail else []
             snapshot = SnapshotState() if spec.is_snapshot else None
-            writer = OdsWriter(conn, spec, layouts, self.run_id, self.conv.connector,
+            writer = OdsWriter(slot.conn, spec, layouts, self.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
                                detail_max_attempts=self.detail_max_attempts)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
@@ -155,8 +161,16 @@ class BaseOdsTask:
             run_started = datetime.now(timezone.utc)
             note: dict[str, str] = {}
 
+            def through(step: Callable[[], Any]) -> Any:
+                saved = writer.save_state()
+                return slot.run(lambda conn: (writer.bind(conn), step())[1],
+                                on_retry=lambda: writer.restore_state(saved))
+
+            def write(rows: list) -> WriteResult:
+                return through(lambda: writer.write(rows))
+
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
-                return self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note)
+                return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))
 
             seeds = list(self._seeds(site_id, pending))
             self.logger.info("start: %s, %d window segment(s), %d owed detail(s)",
@@ -164,11 +178,13 @@ class BaseOdsTask:
             if self.observer:
                 self.observer(pipeline)
             try:
-                result = pipeline.run(seeds, processor, writer.write, on_scope_complete=on_scope,
+                result = pipeline.run(seeds, processor, write, on_scope_complete=on_scope,
                                       on_request_failed=self._detail_failed)
             finally:
                 if self.observer:
                     self.observer(None)
+        finally:
+            slot.close()
         for parent in writer.given_up:
             self.logger.warning("owed detail %s given up after %d failed attempts", parent, self.detail_max_attempts)
         detail_table = spec.detail.target_table if spec.detail else None

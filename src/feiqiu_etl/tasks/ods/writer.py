@@ -67,6 +67,23 @@ class OdsWriter:
     given_up: list = field(default_factory=list)
     _staged: set = field(default_factory=set)
 
+    def bind(self, conn: psycopg.Connection) -> "OdsWriter":
+        """Write through ``conn`` from now on (after a reconnect: staging tables are per session)."""
+        if conn is not self.conn:
+            self.conn = conn
+            self._staged.clear()
+        return self
+
+    def save_state(self) -> tuple:
+        """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
+        return set(self.requested_details), len(self.given_up)
+
+    def restore_state(self, saved: tuple) -> None:
+        requested, given_up = saved
+        self.requested_details = set(requested)
+        del self.given_up[given_up:]
+        self._staged.clear()
+
     def write(self, rows: list) -> WriteResult:
         """Write one batch in one transaction. Raises on database errors (the batch rolls back)."""
         result = WriteResult()
