@@ -35,6 +35,8 @@ GLOBAL_KEYS: dict[str, str] = {
     "lane.max_transport_failures": "abort a lane after this many requests in a row reached no server (default 5)",
     "lane.max_active_stores": "stores of one lane that take turns on it at once (default 8)",
     "detail.max_attempts": "runs that may fail on an owed detail before it is given up (default 5)",
+    "detail.recheck_share": "share of a lane's requests spent re-fetching the details checked longest ago, so a "
+                            "corrupted detail is repaired within a bounded number of runs (default 0.02; 0 = off)",
     "db.connect_timeout": "PostgreSQL connect timeout in seconds (default 10)",
     "db.unavailable_limit": "seconds the database may stay unreachable during a run before it fails (default 60)",
     "run.heartbeat_seconds": "how often a run publishes its status and heartbeat, s (default 1)",
@@ -53,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "lane.max_transport_failures": 5,
     "lane.max_active_stores": 8,
     "detail.max_attempts": 5,
+    "detail.recheck_share": 0.02,
     "db.connect_timeout": 10.0,
     "db.unavailable_limit": 60.0,
     "run.heartbeat_seconds": 1.0,

@@ -71,6 +71,7 @@ class TaskRun:
     owed_details: int = 0
     details_given_up: list[str] = field(default_factory=list)
     skipped: str | None = None
+    recheck: dict | None = None
 
     @property
     def status(self) -> str:
@@ -81,7 +82,8 @@ class TaskRun:
             "task": self.task_code, "site_id": self.site_id, "lane": self.lane, "table": self.table,
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
-            "details_given_up": self.details_given_up, "skipped": self.skipped, **self.result.to_dict(),
+            "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
+            **self.result.to_dict(),
         }
 
     @classmethod
@@ -147,6 +149,8 @@ class BaseOdsTask:
         try:
             slot.run(self._record_horizon)
             pending = slot.run(lambda c: self._pending_details(c, site_id)) if spec.detail else []
+            rechecks = slot.run(lambda c: self._recheck_candidates(c, site_id, pending)) \
+                if spec.detail and self.task.recheck_budget > 0 else []
             snapshot = SnapshotState() if spec.is_snapshot else None
             writer = OdsWriter(slot.conn, spec, layouts, self.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
@@ -173,12 +177,13 @@ class BaseOdsTask:
                 return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))
 
             seeds = list(self._seeds(site_id, pending))
+            recheck = _Recheck(spec, rechecks, writer.requested_details, site_id, self.task.recheck_budget)
             self.logger.info("start: %s, %d window segment(s), %d owed detail(s)",
                              spec.kind, len(self.task.windows), len(pending))
             if self.observer:
                 self.observer(pipeline)
             try:
-                result = pipeline.run(seeds, processor, write, on_scope_complete=on_scope,
+                result = pipeline.run(_Seeds(seeds, recheck), processor, write, on_scope_complete=on_scope,
                                       on_request_failed=self._detail_failed)
             finally:
                 if self.observer:
@@ -191,7 +196,8 @@ class BaseOdsTask:
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
                        lane=self.lane_name, first_load=self.task.first_load,
-                       owed_details=len(pending), details_given_up=list(writer.given_up))
+                       owed_details=len(pending), details_given_up=list(writer.given_up),
+                       recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None)
 
     # ----------------------------------------------------------------- planning leftovers (I/O)
     def _record_horizon(self, conn: psycopg.Connection) -> None:
@@ -222,6 +228,27 @@ class BaseOdsTask:
         ).fetchall()
         conn.commit()
         return [detail_request(spec, record) for (record,) in rows]
+
+    def _recheck_candidates(self, conn: psycopg.Connection, site_id: int, pending: list) -> list[dict]:
+        """List records of live parents whose details were checked longest ago (never first), at most twice
+        the budget (some may be fetched anyway as new or changed parents; those are skipped)."""
+        from psycopg import sql
+
+        spec = self.spec
+        schema, name = split_table(spec.table)
+        key = spec.keys[0]
+        owed = [r.context["parent_key"] for r in pending]
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT t.payload FROM {t} t LEFT JOIN etl_meta.detail_checked c ON c.connector = %s "
+                "AND c.task_code = %s AND c.site_id = t.site_id AND c.parent_key = t.{k}::text "
+                "WHERE t.site_id = %s AND NOT t.is_deleted AND NOT (t.{k}::text = ANY(%s)) "
+                "ORDER BY c.checked_at NULLS FIRST, t.{k} LIMIT %s"
+            ).format(t=sql.Identifier(schema, name), k=sql.Identifier(key.column)),
+            (self.conv.connector, spec.code, site_id, owed, 2 * self.task.recheck_budget),
+        ).fetchall()
+        conn.commit()
+        return [r for (r,) in rows]
 
     def _seeds(self, site_id: int, pending: list[PipelineRequest]) -> Iterator[PipelineRequest]:
         c = self.conv
@@ -274,3 +301,45 @@ class BaseOdsTask:
         note["snapshot"] = f"complete; {deleted} row(s) soft-deleted"
         return WriteResult(deleted=deleted)
 
+
+
+class _Recheck:
+    """Detail re-checks of a task, handed out lazily after every other seed: a parent already requested
+    in this run (new, changed or owed) is skipped, until the budget is used."""
+
+    def __init__(self, spec, records: list[dict], requested: set, site_id: int, budget: int):
+        self._spec = spec
+        self._records = list(records)
+        self._requested = requested
+        self._site_id = site_id
+        self.budget = budget
+        self.used = 0
+
+    def __iter__(self) -> Iterator[PipelineRequest]:
+        for record in self._records:
+            if self.used >= self.budget:
+                return
+            request = detail_request(self._spec, record)
+            key = (self._site_id, request.context["parent_key"])
+            if key in self._requested:
+                continue
+            self._requested.add(key)
+            request.context["recheck"] = True
+            self.used += 1
+            yield request
+
+
+class _Seeds:
+    """The seeds of a task: its list requests and owed details, then the lazy re-checks. Sized (by the
+    first part) so progress can show seeds left."""
+
+    def __init__(self, seeds: list[PipelineRequest], recheck: _Recheck):
+        self._seeds = seeds
+        self._recheck = recheck
+
+    def __len__(self) -> int:
+        return len(self._seeds)
+
+    def __iter__(self) -> Iterator[PipelineRequest]:
+        yield from self._seeds
+        yield from self._recheck

@@ -204,11 +204,13 @@ class OdsWriter:
         assert layout.parent is not None
         result.deleted += self._soft_delete_missing(
             layout, marker.site_id, marker.seen, marker.fetched_at, parent=(layout.parent.column, marker.parent_value))
+        key = (self.connector, marker.task_code, marker.site_id, marker.parent_key)
+        self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
+                          "AND site_id = %s AND parent_key = %s", key)
         self.conn.execute(
-            "DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
-            "AND site_id = %s AND parent_key = %s",
-            (self.connector, marker.task_code, marker.site_id, marker.parent_key),
-        )
+            "INSERT INTO etl_meta.detail_checked (connector, task_code, site_id, parent_key, checked_at, run_id) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id, parent_key) DO UPDATE "
+            "SET checked_at = EXCLUDED.checked_at, run_id = EXCLUDED.run_id", (*key, marker.fetched_at, self.run_id))
 
     def _detail_failed(self, failure: DetailFailed, given_up: list[str]) -> None:
         key = (self.connector, failure.task_code, failure.site_id, failure.parent_key)
