@@ -50,21 +50,27 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
+def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = False) -> Iterator[str]:
     """``--dsn`` / ``ETL_DB_DSN`` if given, else database ``name`` on an embedded server started here and
-    stopped at exit."""
+    stopped at exit: as its superuser, or with ``reader`` as its read-only role ``feiqiu_reader``. A server
+    that cannot be prepared or started is a ``UsageFailure`` (one line, exit 2)."""
     if dsn:
         yield dsn
         return
-    from feiqiu_etl.db.embedded import default_embedded
+    from feiqiu_etl.db.embedded import EmbeddedServerError, default_embedded
 
-    server = default_embedded()
     try:
-        server.start()
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        server = default_embedded().start()
+    except EmbeddedServerError as exc:
+        raise UsageFailure(str(exc)) from None
     try:
-        yield server.ensure_database(name)
+        try:
+            real_dsn = server.ensure_database(name)
+            if reader:
+                real_dsn = server.reader_dsn(name)
+        except EmbeddedServerError as exc:
+            raise UsageFailure(str(exc)) from None
+        yield real_dsn
     finally:
         server.stop()
 
