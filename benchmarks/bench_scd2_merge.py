@@ -19,10 +19,10 @@ unless ``--dsn`` is given (the database named there is dropped and recreated: ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -33,7 +33,7 @@ from psycopg.types.json import Jsonb
 
 from feiqiu_etl.connector import load_connector
 from feiqiu_etl.db.connection import connect
-from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database
+from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.tasks.dwd import ensure_dwd_tables, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql
@@ -190,20 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    with tempfile.TemporaryDirectory(prefix="feiqiu-bench-") as tmp:
-        server = None
+    with contextlib.ExitStack() as stack:
         if args.dsn:
             admin = conninfo.make_conninfo(args.dsn, dbname="postgres")
             database = conninfo.conninfo_to_dict(args.dsn).get("dbname") or "bench_scd2"
         else:
-            server = EmbeddedPostgres(Path(tmp) / "pgdata").start()
+            server = stack.enter_context(temporary_server(prefix="feiqiu-bench-"))
             admin, database = server.dsn("postgres"), "bench_scd2"
-        try:
-            create_database(admin, database, drop_first=True)
-            lines = run(conninfo.make_conninfo(admin, dbname=database), args.rows, args.change_pct, args.sample)
-        finally:
-            if server:
-                server.stop()
+        create_database(admin, database, drop_first=True)
+        lines = run(conninfo.make_conninfo(admin, dbname=database), args.rows, args.change_pct, args.sample)
     report = "\n".join([f"$ {command}", *lines]) + "\n"
     print(report, end="")
     if args.output:
