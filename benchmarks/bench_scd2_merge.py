@@ -9,6 +9,9 @@ changes a tracked column of ``--change-pct`` % of the members, then, side by sid
   handed the changed keys for free; a real row-by-row merge would also have to visit every unchanged key.
 * **set based**: ``merge_dim_scd2`` over the whole table (stage, type-1 update, close, insert), timed.
 
+Then a no-op re-run, and one with a single source row that does not cast (it is quarantined: the fast
+staging statement fails and the source is staged again with every cast checked).
+
 It reports changed rows per second for both and their ratio. Uses an embedded PostgreSQL in a temp folder
 unless ``--dsn`` is given (the database named there is dropped and recreated: never point it at real data).
 
@@ -162,6 +165,15 @@ def run(dsn: str, rows: int, change_pct: float, sample: int) -> list[str]:
         again, secs = _timed(lambda: merge_dim_scd2(conn, table, now=now + timedelta(hours=1), run_id="bench-3"))
     out.append(f"set-based no-op re-run:      {rows:>10,} keys compared in {secs:7.2f} s "
                f"(inserted {again.inserted}, closed {again.closed}, updated {again.updated})")
+
+    with connect(dsn) as conn:  # one member's discount rate no longer casts: it is quarantined, the rest compared
+        conn.execute("UPDATE ods.member SET payload = jsonb_set(payload, '{level,discountRate}', '\"1e40\"')"
+                     " WHERE member_id = %s", (BASE_ID + 1,))
+        conn.commit()
+        poisoned, secs = _timed(lambda: merge_dim_scd2(conn, table, now=now + timedelta(hours=2), run_id="bench-4"))
+        held = conn.execute("SELECT count(*) FROM etl_meta.dwd_quarantine").fetchone()[0]
+    out.append(f"no-op re-run, 1 poison row:  {rows:>10,} keys compared in {secs:7.2f} s "
+               f"(inserted {poisoned.inserted}, closed {poisoned.closed}, quarantined {held})")
 
     out.append(f"ratio set-based / row-by-row: {set_rate / rbr_rate:.1f}x changed rows/s")
     out.append(f"notes: row by row is timed on the first {done:,} changed keys only, handed to it for free, and rolled")

@@ -82,7 +82,7 @@ def test_every_role_needs_its_password_which_lives_in_a_0600_passfile(fresh_home
     try:
         dsn = server.dsn("postgres")
         params = conninfo.conninfo_to_dict(dsn)
-        assert "password" not in params and params["passfile"] == str(fresh_home / SECRET_FILE)
+        assert params.get("password") == "" and params["passfile"] == str(fresh_home / SECRET_FILE)
         secret = fresh_home / SECRET_FILE
         st = os.lstat(secret)
         assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
@@ -101,6 +101,13 @@ def test_every_role_needs_its_password_which_lives_in_a_0600_passfile(fresh_home
                     psycopg.connect(conninfo.make_conninfo(server.dsn("postgres", user=user), **wrong)).close()
     finally:
         server.stop()
+
+
+def test_pgpassword_of_another_server_does_not_get_in_the_way(fresh_home, monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", "the-password-of-some-other-server")
+    with EmbeddedPostgres(fresh_home / "pgdata") as server:
+        psycopg.connect(server.dsn("postgres")).close()
+        psycopg.connect(server.reader_dsn("postgres")).close()
 
 
 def test_a_lost_passfile_is_regenerated_and_the_old_password_stops_working(fresh_home):
@@ -214,3 +221,24 @@ def test_default_home(monkeypatch):
         assert home == Path("/var/lib/feiqiu-etl")  # /root is closed to the server account
     else:
         assert home.name == "feiqiu-etl"
+
+
+def test_no_password_shows_in_the_output_of_a_run_or_a_failing_query(fresh_home):
+    env = {k: v for k, v in os.environ.items() if k != "ETL_DB_DSN"} | {"FEIQIU_ETL_HOME": str(fresh_home)}
+    cli = [sys.executable, "-m", "feiqiu_etl", "-vv"]
+    run = subprocess.run([*cli, "run", "--dwd-only", "--json"], capture_output=True, text=True, env=env, timeout=180)
+    assert run.returncode == 0, run.stderr
+    bad = subprocess.run([*cli, "sql", "SELECT * FROM no_such_table"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert bad.returncode == 2 and "no_such_table" in bad.stderr
+    passwords = [line.split(":")[4] for line in (fresh_home / SECRET_FILE).read_text().splitlines()
+                 if not line.startswith("#")]
+    server = EmbeddedPostgres(fresh_home / "pgdata").start()
+    try:
+        with psycopg.connect(server.dsn("feiqiu_etl")) as conn:
+            stored = conn.execute("SELECT string_agg(summary::text, ' ') FROM etl_meta.run").fetchone()[0]
+    finally:
+        server.stop()
+    assert stored
+    for text in (run.stdout, run.stderr, bad.stdout, bad.stderr, stored):
+        assert not any(p in text for p in passwords)

@@ -422,11 +422,14 @@ def _postmaster(pgdata: Path) -> tuple[int, Path | None, str] | None:
         pid = int(lines[0])
     except (OSError, ValueError, IndexError):
         return None
-    if not psutil.pid_exists(pid):
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE or "postgres" not in proc.name():
+            return None  # a killed postmaster not yet reaped by the process that started it, or a reused pid
+    except psutil.NoSuchProcess:
         return None
-    with contextlib.suppress(psutil.Error):
-        if "postgres" not in psutil.Process(pid).name():
-            return None
+    except psutil.Error:
+        pass
     socket_dir = Path(lines[4].split(",")[0].strip()) if len(lines) > 4 and lines[4].strip() else None
     status = lines[7].strip() if len(lines) > 7 else ""
     return pid, socket_dir, status
@@ -448,7 +451,7 @@ class EmbeddedPostgres:
     _pid: int | None = field(default=None, repr=False)
     _account: _Account | None = field(default=None, repr=False)
     _passfile: Path | None = field(default=None, repr=False)
-    _reader_ready: set = field(default_factory=set, repr=False)
+    _reader_ready: bool = field(default=False, repr=False)
     _process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -477,6 +480,9 @@ class EmbeddedPostgres:
                 _check_reachable(account, self.pgdata if self.pgdata.exists() else self.home, binaries)
             self._account = account
             self._passfile, passwords, new_secret = _secret_file(self.home)
+            for child in list(_KEEP):  # reap servers this process started that have died since
+                if child.poll() is not None:
+                    _KEEP.remove(child)
             running = _postmaster(self.pgdata)
             if running is not None and running[2] == "ready":
                 self._join(running)
@@ -501,7 +507,7 @@ class EmbeddedPostgres:
             if not users:
                 self._shutdown()
         self._pid = None
-        self._reader_ready.clear()
+        self._reader_ready = False
 
     def __enter__(self) -> "EmbeddedPostgres":
         return self.start()
@@ -516,11 +522,12 @@ class EmbeddedPostgres:
 
     # -------------------------------------------------------------------------------------- DSNs
     def dsn(self, database: str = DEFAULT_DATABASE, *, user: str = SUPERUSER) -> str:
-        """libpq keyword DSN for ``database`` as ``user``; the password comes from the passfile."""
+        """libpq keyword DSN for ``database`` as ``user``; the password comes from the passfile (the empty
+        ``password=''`` only keeps libpq from sending ``$PGPASSWORD`` instead)."""
         if self._pid is None or self._socket_dir is None:
             raise EmbeddedServerError("the embedded server is not started")
         return make_conninfo(host=str(self._socket_dir), port=PORT, dbname=database, user=user,
-                             passfile=str(self._passfile))
+                             passfile=str(self._passfile), password="")
 
     def ensure_database(self, database: str = DEFAULT_DATABASE) -> str:
         """Create ``database`` if missing; return its superuser DSN."""
@@ -532,11 +539,11 @@ class EmbeddedPostgres:
         return self.dsn(database)
 
     def reader_dsn(self, database: str = DEFAULT_DATABASE) -> str:
-        """DSN of the read-only role ``feiqiu_reader`` for ``database`` (created and granted
-        ``pg_read_all_data`` with ``default_transaction_read_only`` on first use, idempotently). The role is
+        """DSN of the read-only role ``feiqiu_reader`` for ``database`` (created, or reset, and granted
+        ``pg_read_all_data`` with ``default_transaction_read_only`` once per start, idempotently). The role is
         no superuser and has none of ``pg_execute_server_program``/``pg_write_server_files``, so it can
         neither run programs nor write files on the server (``COPY … TO PROGRAM`` / ``TO 'file'``)."""
-        if database not in self._reader_ready:
+        if not self._reader_ready:
             passwords = _read_secrets(self._passfile)  # type: ignore[arg-type]
             try:
                 with psycopg.connect(self.dsn(database), autocommit=True) as conn:
@@ -544,7 +551,7 @@ class EmbeddedPostgres:
             except psycopg.Error as exc:
                 raise EmbeddedServerError(f"embedded PostgreSQL: cannot prepare the read-only role: "
                                           f"{' '.join(str(exc).split())}") from None
-            self._reader_ready.add(database)
+            self._reader_ready = True
         return self.dsn(database, user=READER)
 
     # -------------------------------------------------------------------------------------- internals
