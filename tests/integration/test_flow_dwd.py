@@ -69,7 +69,7 @@ def test_cli_dwd_only_with_selected_tables_sends_no_request(pg_dsn):
         sim.clear_log()
         env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token}
         base = [sys.executable, "-m", "feiqiu_etl", "run", "--api-base", sim.base_url, "--site-id",
-                str(sim.config.site_ids[0]), "--dsn", pg_dsn, "--json"]
+                str(sim.config.site_ids[0]), "--dsn", pg_dsn, "--json", "--unsafe-gaps"]
         bare = [sys.executable, "-m", "feiqiu_etl", "run", "--dsn", pg_dsn, "--json"]  # no API settings needed
         proc = subprocess.run([*bare, "--dwd-only", "--dwd-tables", "dim_member,dwd_payment"],
                               capture_output=True, text=True, env=dict(os.environ), timeout=120)
@@ -85,22 +85,23 @@ def test_cli_dwd_only_with_selected_tables_sends_no_request(pg_dsn):
 def test_cancel_during_dwd_stops_starting_tables(pg_dsn):
     import threading
 
-    from feiqiu_etl.flowcli import build_runner
+    from unittest import mock
+
     from feiqiu_etl.pipeline import CancellationToken
-    from flowkit import options
+    from feiqiu_etl.runner import FlowRunner
+    from flowkit import options, run_opts
 
     with Simulator(sim_config(seed=10)) as sim:
         token = CancellationToken()
-        runner = build_runner(options(sim, tasks=["ODS_MEMBER"], load_dwd=True, overrides={"dwd.parallel_workers": 1}),
-                              pg_dsn, token)
-        original = runner._run_dwd
+        original = FlowRunner._run_dwd
 
-        def cancel_then_load():
+        def cancel_then_load(self):
             threading.Timer(0, token.cancel).run()  # the signal arrives as DWD starts
-            return original()
+            return original(self)
 
-        runner._run_dwd = cancel_then_load
-        result = runner.run()
+        with mock.patch.object(FlowRunner, "_run_dwd", cancel_then_load):
+            result = run_opts(options(sim, tasks=["ODS_MEMBER"], load_dwd=True,
+                                      overrides={"dwd.parallel_workers": 1}), pg_dsn, token)
     assert result.status == "CANCELLED"
     assert result.dwd["status"] == "CANCELLED"
     assert all(t["error"] == "cancelled before start" for t in result.dwd["tables"])

@@ -35,7 +35,7 @@ def _cli(sim, dsn: str, *extra: str) -> subprocess.Popen:
     sets = [f"--set={k}={v}" for k, v in {**FAST, **RESUME}.items()]
     env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token}
     cmd = [sys.executable, "-m", "feiqiu_etl", "run", "--api-base", sim.base_url,
-           "--site-id", str(sim.config.site_ids[0]), "--dsn", dsn, "--no-dwd", "--json", *sets, *extra]
+           "--site-id", str(sim.config.site_ids[0]), "--dsn", dsn, "--no-dwd", "--json", "--unsafe-gaps", *sets, *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
 

@@ -9,9 +9,16 @@ import psycopg
 SESSION_TIME_ZONE = "Asia/Shanghai"
 
 
-def connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection:
-    """Open a connection with ``TIME ZONE 'Asia/Shanghai'``. Raises ``psycopg.OperationalError``."""
-    conn = psycopg.connect(dsn, autocommit=autocommit, options=f"-c TimeZone={SESSION_TIME_ZONE}")
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+def connect(dsn: str, *, autocommit: bool = False, connect_timeout: float | None = None) -> psycopg.Connection:
+    """Open a connection with ``TIME ZONE 'Asia/Shanghai'`` within ``connect_timeout`` seconds (default 10;
+    a server that accepts TCP and never answers fails in that time, not minutes later).
+    Raises ``psycopg.OperationalError``."""
+    timeout = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
+    conn = psycopg.connect(dsn, autocommit=autocommit, options=f"-c TimeZone={SESSION_TIME_ZONE}",
+                           connect_timeout=timeout)
     return conn
 
 
