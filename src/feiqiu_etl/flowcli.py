@@ -84,22 +84,34 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
+def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = False,
+             prepare: Callable[[str], None] | None = None) -> Iterator[str]:
     """``--dsn`` / ``ETL_DB_DSN`` if given, else database ``name`` on an embedded server started here and
-    stopped at exit (also on a hard abort)."""
+    stopped at exit (also on a hard abort): as its superuser, or with ``reader`` as its read-only role
+    ``feiqiu_reader``; ``prepare(superuser_dsn)`` runs first on the embedded server only. A server that
+    cannot be prepared or started is a ``UsageFailure`` (one line, exit 2)."""
     if dsn:
         yield dsn
         return
-    from feiqiu_etl.db.embedded import default_embedded
+    from feiqiu_etl.db.embedded import EmbeddedServerError, default_embedded
 
-    server = default_embedded()
     try:
-        server.start()
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        server = default_embedded().start()
+    except EmbeddedServerError as exc:
+        raise UsageFailure(str(exc)) from None
     try:
         with on_hard_abort(server.stop):
-            yield server.ensure_database(name)
+            try:
+                real_dsn = server.ensure_database(name)
+                if prepare is not None:
+                    prepare(real_dsn)
+                if reader:
+                    real_dsn = server.reader_dsn(name)
+            except EmbeddedServerError as exc:
+                raise UsageFailure(str(exc)) from None
+            except psycopg.Error as exc:
+                raise UsageFailure(f"embedded PostgreSQL: {' '.join(str(exc).split())}") from None
+            yield real_dsn
     finally:
         server.stop()
 
