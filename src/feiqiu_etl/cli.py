@@ -445,10 +445,15 @@ def entry() -> None:
     import traceback
 
     try:
-        main()
-    except KeyboardInterrupt:
+        main.main(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before the command took over
         click.echo("\ninterrupted", err=True)
         sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         import psycopg
 
