@@ -234,7 +234,10 @@ def restart_server(down_seconds: float = 2.0, mode: int = signal.SIGINT) -> Call
             except ProcessLookupError:
                 break
         time.sleep(down_seconds)
-        EmbeddedPostgres(ctx.server.pgdata).start()  # same data folder, same socket, same DSN
+        restarted = EmbeddedPostgres(ctx.server.pgdata).start()  # same data folder, same socket, same DSN
+        import atexit
+
+        atexit.unregister(restarted.stop)  # the harness's own server object stops it at the end
         ctx.notes.append(f"server down {down_seconds:.0f} s")
     return fault
 
