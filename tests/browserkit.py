@@ -1,0 +1,117 @@
+"""Test helpers: Debian's real headless Chromium driven by Selenium through Debian's chromedriver, and the
+web server as a real ``feiqiu-etl web`` process.
+
+Never a downloaded browser: the binaries are /usr/bin/chromium and /usr/bin/chromedriver (``.ci/run``
+installs the packages ``chromium`` and ``chromium-driver``). If they are missing, :func:`chromium` fails the
+test — it never skips. The flags keep Chromium off the network (the machine has none: without them it
+hangs on lookups) and the profile is a fresh folder each time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+         "--disable-default-apps", "--disable-extensions", "--password-store=basic", "--window-size=1280,800"]
+VIEWPORT = (1280, 800)
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+
+
+@contextmanager
+def chromium() -> Iterator["object"]:
+    """A Selenium WebDriver on Debian's headless Chromium with a 1280×800 viewport."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
+    assert not missing, (f"{', '.join(missing)} missing: install Debian's chromium and chromium-driver "
+                         "(apt-get install -y chromium chromium-driver; .ci/run does)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must never try to download anything
+    profile = tempfile.mkdtemp(prefix="feiqiu-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": VIEWPORT[0], "height": VIEWPORT[1], "deviceScaleFactor": 1,
+                                "mobile": False})
+        driver.set_page_load_timeout(30)
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def screenshot(driver, name: str) -> Path:
+    """Save the viewport (1280×800) as docs/screenshots/<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+class WebServer:
+    """``feiqiu-etl web --port 0`` as a real process; ``url`` is read from its first stderr line."""
+
+    def __init__(self, dsn: str, *extra: str, host: str = "127.0.0.1", env: dict | None = None):
+        cmd = [sys.executable, "-m", "feiqiu_etl", "web", "--host", host, "--port", "0", "--dsn", dsn, *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while True:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"web server ended early ({self.proc.wait()}): {''.join(self.lines)}")
+            self.lines.append(line)
+            found = re.search(r"serving (http://\S+/)", line)
+            if found:
+                self.url = found.group(1).rstrip("/")
+                break
+            assert time.monotonic() < deadline, "web server did not start"
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(self.url + "/static/app.css", timeout=2)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise AssertionError("web server does not answer")
+
+    def stop(self) -> tuple[int, str]:
+        """SIGINT, then its exit code and everything it wrote on stderr."""
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return self.proc.returncode, "".join(self.lines) + err
+
+    def __enter__(self) -> "WebServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
