@@ -7,6 +7,8 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from jinja2 import Undefined
+
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE
 from feiqiu_etl.report import duration as _duration
 
@@ -15,9 +17,14 @@ STATUS_CLASSES = {"RUNNING": "running", "SUCCESS": "success", "PARTIAL": "partia
                   "CANCELLED": "cancelled", "INTERRUPTED": "interrupted"}
 
 
+def _missing(value: Any) -> bool:
+    """None, or a key the summary of an older version did not have (Jinja's Undefined)."""
+    return value is None or isinstance(value, Undefined)
+
+
 def ts(value: Any, seconds: bool = True) -> str:
     """``2024-03-04 12:00:05`` in Asia/Shanghai (the stores' zone, warehouse-model §1); ``-`` for None."""
-    if value is None or value == "":
+    if _missing(value) or value == "":
         return "-"
     if isinstance(value, str):
         try:
@@ -31,12 +38,12 @@ def ts(value: Any, seconds: bool = True) -> str:
 
 def dur(seconds: Any) -> str:
     """``42 s``, ``3m05s``, ``2h04m`` (the CLI's format); ``-`` for None."""
-    return _duration(float(seconds) if seconds is not None else None)
+    return _duration(None if _missing(seconds) else float(seconds))
 
 
 def age(seconds: Any) -> str:
     """A coarse age: ``45 s``, ``12 min``, ``5 h 20 min``, ``3 d 4 h``; ``never`` for None."""
-    if seconds is None:
+    if _missing(seconds):
         return "never"
     s = max(0, int(float(seconds)))
     if s < 60:
@@ -50,7 +57,7 @@ def age(seconds: Any) -> str:
 
 def num(value: Any) -> str:
     """``12,345``; ``-`` for None; floats with one decimal."""
-    if value is None:
+    if _missing(value):
         return "-"
     if isinstance(value, (float, Decimal)) and not float(value).is_integer():
         return f"{float(value):,.1f}"

@@ -1,5 +1,5 @@
-"""Test helpers: Debian's real headless Chromium driven by Selenium through Debian's chromedriver, and the
-web server as a real ``feiqiu-etl web`` process.
+"""Test helpers for the web page: seeded runs, the web server as a real ``feiqiu-etl web`` process, and
+Debian's real headless Chromium driven by Selenium through Debian's chromedriver.
 
 Never a downloaded browser: the binaries are /usr/bin/chromium and /usr/bin/chromedriver (``.ci/run``
 installs the packages ``chromium`` and ``chromium-driver``). If they are missing, :func:`chromium` fails the
@@ -115,3 +115,42 @@ class WebServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------------------------------------ seeding
+def seed_run(conn, run_id: str, *, status: str = "SUCCESS", started_at=None, seconds: float = 12.0,
+             stores=(8640015201004417,), tasks=("ODS_PAYMENT",), error: str | None = None,
+             summary: dict | None = None, log: list[dict] | None = None, requests: list[dict] | None = None,
+             rows: int = 100, n_requests: int = 10, rejections: int = 0, errors: int = 0) -> str:
+    """A run record as the runner writes it (registry.start_run/finish_run), finished ``seconds`` after
+    ``started_at`` (default: now - seconds); ``status`` RUNNING leaves it running (this process's pid)."""
+    from datetime import datetime, timedelta, timezone
+
+    from feiqiu_etl.runs import registry
+
+    started_at = started_at or datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    registry.start_run(conn, run_id, command="run", args={"token": "***"}, config={}, lanes=["default"],
+                       stores=stores, tasks=tasks, started_at=started_at)
+    if log:
+        registry.append_log(conn, run_id, log)
+    if requests:
+        registry.append_requests(conn, run_id, requests)
+    if status != "RUNNING":
+        registry.finish_run(conn, run_id, status=status, exit_code={"SUCCESS": 0, "PARTIAL": 3, "FAILED": 4,
+                                                                    "CANCELLED": 5}.get(status, 4),
+                            summary=summary, error=error, rows_written=rows, requests=n_requests,
+                            rejections=rejections, errors=errors)
+        conn.execute("UPDATE etl_meta.run SET finished_at = started_at + make_interval(secs => %s) "
+                     "WHERE run_id = %s", (seconds, run_id))
+        conn.commit()
+    return run_id
+
+
+def attempt(seq: int, at, *, lane: str = "default", outcome: str = "ok", seconds: float = 0.05,
+            gap: float | None = 0.3, wait_reason: str | None = "gap", request: str = "/api/payment/list page 1",
+            gap_class: str = "standard", task: str = "ODS_PAYMENT", detail: str | None = None,
+            site_id: int = 8640015201004417) -> dict:
+    """One lane attempt row for ``etl_meta.run_request`` (registry.REQUEST_COLUMNS)."""
+    return {"lane": lane, "seq": seq, "site_id": site_id, "task": task, "request": request, "gap_class": gap_class,
+            "started_at": at, "seconds": seconds, "gap": gap, "wait_reason": wait_reason, "outcome": outcome,
+            "detail": detail}
