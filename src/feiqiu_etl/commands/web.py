@@ -8,6 +8,7 @@ database starts, so a port in use is a one-line error too. Ctrl-C or SIGTERM sto
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 
@@ -110,11 +111,28 @@ def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float
 def _server(config, feed):
     """A ``uvicorn.Server`` that also ends the open Live streams at once on Ctrl-C/SIGTERM (otherwise the
     graceful shutdown waits for them)."""
+    import signal
+    import threading
+
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
             feed.close()
             super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """Like uvicorn's, except that the signal which stopped the server is not raised again
+            afterwards: Ctrl-C and SIGTERM end the command normally (exit 0), not with "Aborted!"."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
     return Server(config)

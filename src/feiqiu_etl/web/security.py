@@ -240,7 +240,8 @@ _SECURITY_HEADERS = [
                                  b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    # not no-referrer: with it Chromium sends "Origin: null" on our own form posts (login, logout)
+    (b"referrer-policy", b"same-origin"),
 ]
 
 

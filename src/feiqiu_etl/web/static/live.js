@@ -180,6 +180,7 @@
       var card = cards[run.run_id] || newCard(run);
       if (card.parentNode !== runsBox) runsBox.appendChild(card);
       card.setAttribute("data-status", "RUNNING");
+      if (run.heartbeat_at) card.setAttribute("data-heartbeat", run.heartbeat_at);
       updateRunning(card, run, serverNow);
     });
     finished.forEach(function (run) {
