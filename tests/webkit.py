@@ -69,9 +69,10 @@ class WebServer:
 
     def __init__(self, dsn: str, *extra: str, host: str = "127.0.0.1", env: dict | None = None):
         cmd = [sys.executable, "-m", "feiqiu_etl", "web", "--host", host, "--port", "0", "--dsn", dsn, *extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         self.lines: list[str] = []
+        self._signalled = False
         deadline = time.monotonic() + 30
         while True:
             line = self.proc.stderr.readline()
@@ -83,7 +84,15 @@ class WebServer:
                 self.url = found.group(1).rstrip("/")
                 break
             assert time.monotonic() < deadline, "web server did not start"
+        import threading
+
+        self._drain = threading.Thread(target=self._read_rest, daemon=True)  # a full pipe would block it
+        self._drain.start()
         self._wait_ready()
+
+    def _read_rest(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
 
     def _wait_ready(self) -> None:
         import httpx
@@ -97,18 +106,21 @@ class WebServer:
                 time.sleep(0.05)
         raise AssertionError("web server does not answer")
 
-    def stop(self) -> tuple[int, str]:
-        """SIGINT, then its exit code and everything it wrote on stderr."""
+    def stop(self, sig: int | None = None) -> tuple[int, str]:
+        """``sig`` (default SIGINT, once: a second one would be a hard abort), then its exit code and
+        everything it wrote on stderr."""
         import signal
 
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+        if self.proc.poll() is None and not self._signalled:
+            self._signalled = True
+            self.proc.send_signal(sig or signal.SIGINT)
         try:
-            _, err = self.proc.communicate(timeout=20)
+            self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-        return self.proc.returncode, "".join(self.lines) + err
+            self.proc.wait()
+        self._drain.join(5)
+        return self.proc.returncode, "".join(self.lines)
 
     def __enter__(self) -> "WebServer":
         return self

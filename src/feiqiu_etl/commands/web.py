@@ -96,7 +96,7 @@ def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float
             connect_timeout=config.number("db.connect_timeout", float, minimum=0.5, maximum=600))
         app = create_app(settings)
         server = _server(uvicorn.Config(
-            app, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",
+            app, log_config=None, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",
             timeout_graceful_shutdown=2, server_header=False, proxy_headers=False), app.state.feed)
         bound = sock.getsockname()
         shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]

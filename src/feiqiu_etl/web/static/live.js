@@ -49,6 +49,12 @@
     return hh + "h" + (mm < 10 ? "0" : "") + mm + "m";
   }
 
+  function clock(iso) {
+    // the server's ISO time is in the warehouse's zone (Asia/Shanghai): show its HH:MM:SS as it is
+    var m = /T(\d\d:\d\d:\d\d)/.exec(iso || "");
+    return m ? m[1] : "";
+  }
+
   function statusClass(s) {
     return ({ RUNNING: "running", SUCCESS: "success", PARTIAL: "partial", FAILED: "failed",
               CANCELLED: "cancelled", INTERRUPTED: "interrupted" })[s] || "unknown";
@@ -151,7 +157,8 @@
     card.classList.add("done");
     var btn = card.querySelector("[data-cancel]");
     if (btn) btn.remove();
-    setText(card, "beat", "ended " + new Date(Date.parse(run.finished_at)).toLocaleTimeString("en-GB"));
+    setText(card, "beat", "ended " + clock(run.finished_at));
+    if (run.tasks) setText(card, "tasks", String(run.tasks.length));
     setText(card, "phase", "finished");
     if (run.rows_written !== undefined) setText(card, "rows_written", num(run.rows_written));
     if (run.requests !== undefined) setText(card, "requests_sent", num(run.requests));
@@ -190,7 +197,7 @@
     });
     noRuns.hidden = running.length > 0;
     finishedTitle.hidden = !finishedBox.firstChild;
-    state("live", "live · " + new Date(serverNow).toLocaleTimeString("en-GB"));
+    state("live", "live · " + clock(data.now));
     document.dispatchEvent(new CustomEvent("feiqiu:live-rendered", { detail: { at: Date.now() } }));
   }
 
