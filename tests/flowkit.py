@@ -41,8 +41,8 @@ def options(sim: Simulator, *, tasks=None, window=True, overrides=None, **kw) ->
     kw.setdefault("unsafe_gaps", True)
     kw.setdefault("token", cfg.token)
     kw.setdefault("site_ids", list(cfg.site_ids))
-    return RunOptions(api_base=sim.base_url, task_codes=tasks or [], overrides={**FAST, **(overrides or {})},
-                      environ={}, **kw)
+    kw.setdefault("environ", {})
+    return RunOptions(api_base=sim.base_url, task_codes=tasks or [], overrides={**FAST, **(overrides or {})}, **kw)
 
 
 def run_opts(opts: RunOptions, dsn: str, token: CancellationToken | None = None, **kw):

@@ -21,19 +21,19 @@ import psycopg
 from feiqiu_etl.config.app_config import ConfigError
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl.runner.results import EXIT_CODES, EXIT_HARD_ABORT, EXIT_USAGE
+from feiqiu_etl import exitcodes
 
 
 class UsageFailure(click.ClickException):
     """One-line configuration error; exit code 2."""
 
-    exit_code = EXIT_USAGE
+    exit_code = exitcodes.USAGE
 
 
 class CancelledEarly(click.ClickException):
     """Cancelled before the run started (e.g. Ctrl-C while connecting); exit code 5."""
 
-    exit_code = EXIT_CODES["CANCELLED"]
+    exit_code = exitcodes.CANCELLED
 
 
 _HARD_ABORT: list[Callable[[], None]] = []
@@ -64,7 +64,7 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
             for cleanup in list(_HARD_ABORT):
                 with contextlib.suppress(Exception):
                     cleanup()
-            os._exit(EXIT_HARD_ABORT)
+            os._exit(exitcodes.HARD_ABORT)
         os.write(2, b"\ncancelling: no new requests; writing what was fetched (signal again to abort)\n")
         token.cancel("signal")
 

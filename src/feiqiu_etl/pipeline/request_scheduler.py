@@ -7,7 +7,8 @@ request of every pipeline using the lane goes through :meth:`RequestScheduler.se
 * **strictly one request at a time** — the lane is held from the gap wait until the response has fully
   arrived (or the attempt failed);
 * **the gap** before a request is drawn from *that request's* limiter (its task's configuration) and is
-  measured from the end of the previous response, across task and store boundaries (ENGINE-NOTES);
+  measured from the end of the previous response, across task and store boundaries (ENGINE-NOTES); an
+  attempt that never reached a server (``transport_failure``) owes no gap, only its retry backoff;
 * **a floor per gap class** (e.g. "standard" and "groupbuy" endpoints, upstream-api.md §2.2): after the
   upstream said a request came too early (an exception with ``lane_backoff.kind == "throttled"``), every
   later request of that class waits at least the gap the upstream demanded — for the rest of the lane's
@@ -130,7 +131,8 @@ class RequestScheduler:
         self._queue: deque[_Waiting] = deque()
         self._order: deque[Hashable | None] = deque()   # round-robin order of tenants seen
         self._busy = False
-        self._last_end: float | None = None
+        self._last_end: float | None = None          # end of the last response received (gaps run from it)
+        self._last_attempt_end: float | None = None  # end of the last attempt, reached a server or not
         self._hold: _Due | None = None
         self._floors: dict[str, float] = {}
         self._sent = 0
@@ -261,16 +263,16 @@ class RequestScheduler:
             gap, reason = drawn, "gap"
             if floor > gap:
                 gap, reason = floor, "floor"
-            if min_wait > gap:
-                gap, reason = min_wait, "retry-after"
-            if self._last_end is None:
-                due = _Due(now + min_wait, "retry-after")
-            else:
-                due = _Due(self._last_end + gap, reason)
+            # The gap runs from the last response the upstream sent; a retry hint from the end of the last
+            # attempt (the same instant, unless that attempt never reached a server).
+            due = _Due(self._last_end + gap if self._last_end is not None else now, reason)
+            retry_from = self._last_attempt_end if self._last_attempt_end is not None else now
+            if min_wait > 0 and retry_from + min_wait > due.at:
+                due = _Due(retry_from + min_wait, "retry-after")
             if self._hold is not None and self._hold.at > due.at:
                 due = self._hold
             self._due = due
-            self._last_gap = gap
+            self._last_gap = max(gap, min_wait)
             self._current = label
             self._current_tenant = tenant
         remaining = due.at - now
@@ -309,7 +311,9 @@ class RequestScheduler:
             with self._cond:
                 end = self._clock.monotonic()
                 self._busy_seconds += end - started
-                self._last_end = end
+                self._last_attempt_end = end
+                if not getattr(error, "transport_failure", False):  # never reached a server: no gap owed
+                    self._last_end = end
                 self._hold = None
                 self._in_flight = False
                 self._note_outcome(error, end, gap_class, gap_at_send)

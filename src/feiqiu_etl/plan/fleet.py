@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from feiqiu_etl.connector.yamldoc import describe, read_yaml
 
 _LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 MAX_SITE_ID = 2**53
 
 
@@ -66,9 +66,9 @@ class LaneModel(_Strict):
     @field_validator("token_env")
     @classmethod
     def _env(cls, v: str) -> str:
-        if not _ENV_NAME.match(v):
-            raise ValueError(f"the NAME of an environment variable is expected (never the token), got {v[:12]!r}…"
-                             if len(v) > 12 else f"the NAME of an environment variable is expected, got {v!r}")
+        if not _ENV_NAME.match(v):  # the value is not shown: it may be a token pasted by mistake
+            raise ValueError("must be the NAME of an environment variable in upper case (e.g. FQ_TOKEN_NORTH), "
+                             "never the token itself")
         return v
 
     @field_validator("api_base")

@@ -18,14 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from feiqiu_etl import exitcodes
 from feiqiu_etl.tasks.ods.task import TaskRun
 
 SUCCESS, PARTIAL, FAILED, CANCELLED = "SUCCESS", "PARTIAL", "FAILED", "CANCELLED"
-EXIT_CODES = {SUCCESS: 0, PARTIAL: 3, FAILED: 4, CANCELLED: 5}
-EXIT_USAGE = 2
-EXIT_LANE_BUSY = 6
-EXIT_DATABASE = 7
-EXIT_HARD_ABORT = 130
+EXIT_CODES = exitcodes.BY_STATUS
+EXIT_LANE_BUSY = exitcodes.LANE_BUSY
+EXIT_DATABASE = exitcodes.DATABASE_LOST
 
 
 def combine(statuses: Iterable[str], *, cancelled: bool = False) -> str:
