@@ -250,6 +250,12 @@ def test_run_page_draws_the_lane_timeline(web, browser, history):
     browser.get(f"{web.url}/runs/{history}")
     tasks = [t.get_attribute("data-task") for t in browser.find_elements("css selector", "tr.task")]
     assert tasks == ["ODS_PAYMENT", "ODS_MEMBER_CARD", "ODS_GOODS", "ODS_GROUP_PACKAGE"]
+    everything = len(browser.find_elements("css selector", "#run-log tbody tr"))
+    browser.find_element("css selector", "tr.task[data-task='ODS_PAYMENT'] a").click()  # its stored log
+    _wait(lambda: "task=ODS_PAYMENT" in browser.current_url, what="the task's log")
+    logged = [r.find_elements("css selector", "td")[4].text for r in
+              browser.find_elements("css selector", "#run-log tbody tr")]
+    assert logged and set(logged) == {"ODS_PAYMENT"} and len(logged) < everything
 
 
 def test_freshness_page_reds_what_is_older_than_the_threshold(web, browser):

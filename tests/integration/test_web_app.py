@@ -89,6 +89,8 @@ def test_run_page_escapes_upstream_text_everywhere(conn, pg_dsn):
         assert api["error"] == XSS and api["log"][0]["message"] == XSS  # JSON carries the text as it is
         requests = c.get("/api/runs/run-xss/requests").json()
         assert requests["counts"]["outcome"] == {"error": 1} and requests["requests"][0]["detail"] == XSS
+        only = c.get("/runs/run-xss?task=ODS_MEMBER&site=1001").text  # the log of one task: none here
+        assert "No log stored for ODS_MEMBER" in only and "0 of 1 entries" in only
         csp = c.get("/runs/run-xss").headers["content-security-policy"]
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp
 
