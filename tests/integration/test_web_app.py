@@ -204,6 +204,8 @@ def test_status_lists_running_and_just_finished_runs(conn, pg_dsn):
         assert [r["run_id"] for r in status["running"]] == ["run-going"]
         assert status["running"][0]["live"]["rows_written"] == 7
         assert [(r["run_id"], r["status"]) for r in status["finished"]] == [("run-ended", "CANCELLED")]
+        going = c.get("/runs/run-going").text  # a running run's page: what it has so far, a Cancel button
+        assert "Results appear when the run ends" in going and 'data-cancel="run-going"' in going
         html = c.get("/").text
         row = html[html.index('data-run-id="run-going"'):]
         assert re.search(r'<td class="num">7</td><td class="num">3</td>', row)  # live totals of a running run
