@@ -147,6 +147,8 @@ def test_live_page_follows_a_run_and_cancel_makes_it_cancelled(web, browser, sim
           });
         });""")
     sim.clear_log()
+    for kind in ("http429", "http500"):  # something for the timeline to show: a throttle, an error, retries
+        sim.inject(path="/api/member/detail", kind=kind, count=1, retry_after=1)
     sets = {"pipeline.rate_min": 0.3, "pipeline.rate_max": 0.4, "pipeline.batch_timeout": 0.2,
             "api.retry_backoff": 0.02, "api.timeout": 5}
     window = ["--window-start", (ANCHOR - timedelta(days=2)).strftime("%Y-%m-%d %H:%M:%S"),

@@ -165,7 +165,7 @@ def timeline_svg(requests: list[dict], *, started_at: datetime, seconds: float |
     marks: list[tuple[float, float, str, str]] = []
     for i, lane in enumerate(lane_names):
         top = lanes_top + i * LANE_H
-        wait_y, req_y = top + 18, top + 30
+        mark_y, wait_y, req_y = top + 18, top + 21, top + 32
         out.append(f'<text x="{LEFT - 10}" y="{req_y + 13}" text-anchor="end" font-weight="600" fill="#0f172a">'
                    f'{_attr(lane)}</text>')
         out.append(f'<text x="{LEFT - 10}" y="{wait_y + 7}" text-anchor="end" fill="#64748b" font-size="10">'
@@ -201,10 +201,10 @@ def timeline_svg(requests: list[dict], *, started_at: datetime, seconds: float |
             else:
                 _merge(bars, bar)
             if outcome != "ok":
-                marks.append((x0, req_y - 2, outcome, title))
+                marks.append((x0, mark_y, outcome, title))
             if retry:
-                out_retry = f"retry of {r.get('request') or 'the request'} at {t0:.2f} s"
-                marks.append((x0, req_y - 12, "retry", out_retry))
+                marks.append((x0, mark_y - 11, "retry",
+                              f"retry of {r.get('request') or 'the request'} at {t0:.2f} s"))
             last = r
         for w in waits:
             title = w.title if w.n == 1 else f"{w.n} waits ({WAIT_LABELS.get(w.klass, 'no wait needed')}), " \
@@ -288,7 +288,7 @@ def _legend_items(palette: dict[str, str], requests: list[dict]) -> list[tuple[s
 def _legend_layout(items: list[tuple[str, str]]) -> list[tuple[float, float, str, str]]:
     placed, x, y = [], LEFT, 18
     for label, color in items:
-        width = 24 + 7 * len(label)
+        width = 26 + 6.4 * len(label)
         if x + width > WIDTH - RIGHT:
             x, y = LEFT, y + 18
         placed.append((x, y, label, color))
