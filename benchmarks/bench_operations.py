@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timedelta
@@ -27,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from feiqiu_etl.connector.windows import fmt  # noqa: E402
-from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database  # noqa: E402
+from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database, temporary_server  # noqa: E402
 from feiqiu_etl.flowcli import connector_for, plan_run, prepare_inputs  # noqa: E402
 from feiqiu_etl.plan import RunOptions  # noqa: E402
 from feiqiu_etl.runner import FlowRunner  # noqa: E402
@@ -108,9 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="fq-bench-ops-"))
-    server = EmbeddedPostgres(home / "pgdata").start()
-    try:
+    with temporary_server(prefix="fq-bench-ops-") as server:
         cfg = SimulatorConfig(seed=7, scale="small", days=3, anchor=ANCHOR,
                               risk=RiskControlConfig(gap_standard=0.05, gap_groupbuy=0.1))
         with Simulator(cfg) as sim:
@@ -119,8 +116,6 @@ def main() -> None:
             sim.dataset.mutate_random(0.1, 5)
             second = eta_errors(sim, dsn)
             latencies = cancel_latency(sim, server, args.trials)
-    finally:
-        server.stop()
     print("command: python benchmarks/bench_operations.py --trials", args.trials)
     print(f"ETA, first run (no history): {json.dumps(first)}")
     print(f"ETA, second run after 10 % of records changed: {json.dumps(second)}")

@@ -111,6 +111,10 @@ def render_summary(data: dict, console: Console | None = None) -> None:
             console.print(f"[yellow]{t['task']}: {t['snapshot_note']}[/yellow]")
         if t.get("details_given_up"):
             console.print(f"[yellow]{t['task']}: {len(t['details_given_up'])} owed detail(s) given up[/yellow]")
+    rechecks = [t["recheck"] for t in tasks if t.get("recheck")]
+    if any(r["budget"] for r in rechecks):
+        console.print(f"details re-checked (oldest first): {sum(r['used'] for r in rechecks)} of a budget of "
+                      f"{sum(r['budget'] for r in rechecks)} (detail.recheck_share)", style="dim")
     dwd = data.get("dwd")
     if dwd:
         console.print(Text.assemble("DWD: ", _status(dwd.get("status"))))

@@ -66,6 +66,7 @@ class LaneRuntime:
     client_factory: Callable[..., APIClient] = APIClient
     connect: Callable | None = None
     abortable: bool = True
+    health: Any = None
 
 
 class LaneRunner:
