@@ -27,6 +27,7 @@ FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-backgroun
          "--disable-default-apps", "--disable-extensions", "--password-store=basic", "--window-size=1280,800"]
 VIEWPORT = (1280, 800)
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+_SHOTS_TMP = Path(tempfile.gettempdir()) / "feiqiu-etl-screenshots"
 
 
 @contextmanager
@@ -57,10 +58,16 @@ def chromium() -> Iterator["object"]:
 
 
 def screenshot(driver, name: str) -> Path:
-    """Save the viewport (1280×800) as docs/screenshots/<name>.png."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    driver.save_screenshot(str(path))
+    """Take the viewport (1280×800) as ``<name>.png`` in a temporary folder, or in docs/screenshots (the
+    README's pictures) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so that a test run leaves the checkout clean."""
+    import struct
+
+    folder = SCREENSHOTS if os.environ.get("FEIQIU_UPDATE_SCREENSHOTS") == "1" else _SHOTS_TMP
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    assert driver.save_screenshot(str(path)), f"no screenshot of {name}"
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])  # the PNG header's IHDR
+    assert (width, height) == VIEWPORT, (name, width, height)
     return path
 
 

@@ -89,7 +89,7 @@ def create_app(settings: WebSettings) -> Starlette:
                                   "connect_timeout": max(1, round(settings.connect_timeout))},
                           timeout=settings.connect_timeout)
     env = _templates()
-    shown_dsn = redact_dsn(settings.dsn)
+    shown_dsn = _describe_dsn(settings.dsn)
 
     @contextlib.contextmanager
     def db() -> Iterator[psycopg.Connection]:
@@ -360,6 +360,18 @@ class _Guarded(AccessGuard):
 # ---------------------------------------------------------------------------------------------- helpers
 def _json(data: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(queries.jsonable(data), status)
+
+
+def _describe_dsn(dsn: str) -> str:
+    """``feiqiu_etl (user postgres) on /run/dir:5432`` — database, user, host and port; never the password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        p = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - unparseable: the redacted form (or nothing)
+        return redact_dsn(dsn)
+    where = f"{p.get('host') or 'localhost'}{':' + str(p['port']) if p.get('port') else ''}"
+    return f"{p.get('dbname') or p.get('user') or '?'} (user {p.get('user') or '?'}) on {where}"
 
 
 def _script_json(text: str) -> str:
