@@ -15,10 +15,10 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from feiqiu_etl.pipeline.models import PipelineRequest, ProcessOutput, ResponseItem
-from feiqiu_etl.tasks.ods.hashing import canonical_json, hash_text, strip_nul
+from feiqiu_etl.tasks.ods.hashing import canonical_row, hash_text
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
 from feiqiu_etl.connector.spec import OdsTaskSpec
-from feiqiu_etl.connector.windows import parse_local, to_aware
+from feiqiu_etl.connector.windows import SHANGHAI, parse_local, to_aware
 
 
 class ResponseShapeError(ValueError):
@@ -188,7 +188,7 @@ class OdsProcessor:
              window_field: str | None = None) -> OdsRow:
         if not isinstance(record, dict):
             raise ValueError(f"record is not an object: {type(record).__name__}")
-        record = strip_nul(record)
+        record, text, digest = canonical_row(record)
         keys = tuple(k.convert(record.get(k.field)) for k in layout.keys)
         extra = tuple(k.convert(record.get(k.field)) for k in layout.extra)
         site = record.get(self.site_field, self.site_id)
@@ -201,12 +201,28 @@ class OdsProcessor:
             if raw not in (None, ""):
                 if not isinstance(raw, str):
                     raise ValueError(f"{window_field} is not a time string: {raw!r}")
-                window = to_aware(parse_local(raw))
-        text = canonical_json(record)
+                window = parse_window_time(raw)
         return OdsRow(
             table=layout.table, site_id=site_id, keys=keys, extra=extra, window=window, payload=text,
-            content_hash=hash_text(text), fetched_at=fetched_at, record=record, scope=scope,
+            content_hash=digest, fetched_at=fetched_at, record=record, scope=scope,
         )
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def parse_window_time(raw: str) -> datetime:
+    """``"YYYY-MM-DD HH:MM:SS"`` (Shanghai local) as an aware datetime; the exact 19-character form is read
+    without ``strptime`` (a tenth of the cost), anything else goes through ``parse_local`` (same result, same
+    ``ValueError``)."""
+    if (len(raw) == 19 and raw[4] == "-" and raw[7] == "-" and raw[10] == " " and raw[13] == ":" and raw[16] == ":"
+            and _DIGITS.issuperset(raw[0:4] + raw[5:7] + raw[8:10] + raw[11:13] + raw[14:16] + raw[17:19])):
+        try:
+            return datetime(int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16]),
+                            int(raw[17:19]), tzinfo=SHANGHAI)
+        except ValueError:
+            pass  # e.g. February 30: parse_local gives the error text
+    return to_aware(parse_local(raw))
 
 
 def _record_error(req: PipelineRequest, index: int, record: Any, exc: BaseException) -> dict:

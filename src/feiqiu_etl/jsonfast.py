@@ -1,0 +1,68 @@
+"""Exact JSON at orjson's speed: orjson wherever it gives exactly what the standard library gives, the
+standard library everywhere else (so results, and errors, are the standard library's).
+
+* :func:`loads` parses with orjson and falls back to :func:`json.loads` whenever orjson refuses the input:
+  integers beyond 64 bits (ids stay exact, upstream-api.md Q2), ``NaN``/``Infinity``, lone surrogates, a
+  BOM or UTF-16/32 text, nesting deeper than 1024. Where orjson accepts a document it yields the same
+  values as :func:`json.loads` (same ints, correctly rounded floats, the last of repeated keys).
+* :func:`canonical_bytes` is the canonical form of warehouse-model §2.2 (keys sorted, compact, UTF-8
+  unescaped, exact integers) as UTF-8 bytes, byte-identical to
+  ``json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``. orjson
+  writes floats below 1e-4 differently (``0.00001`` vs ``1e-05``) and non-finite floats as ``null``; those
+  outputs (and anything orjson refuses, e.g. integers beyond 64 bits) go to the standard library.
+
+Values are what JSON parsing produces (dict with str keys, list, str, int, float, bool, None; tuples are
+lists). This module never changes a value and never swallows an error of the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+            | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse one JSON document. Raises ``ValueError`` (``json.JSONDecodeError``) or ``RecursionError`` exactly
+    as :func:`json.loads` does."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def canonical_text(value: Any) -> str:
+    """The standard library's canonical JSON text of ``value`` (the reference form)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Canonical JSON of ``value`` as UTF-8 bytes. Raises ``ValueError`` for non-finite floats and strings
+    that are not valid Unicode (lone surrogates), ``TypeError`` for non-JSON values, ``RecursionError`` for
+    very deep nesting: the standard library's errors."""
+    try:
+        out = orjson.dumps(value, option=_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: > 64-bit ints, surrogates, deep nesting, foreign types
+        return canonical_text(value).encode("utf-8")
+    if b"0.0000" in out or b"e-" in out or (b"null" in out and not _all_finite(value)):
+        return canonical_text(value).encode("utf-8")
+    return out
+
+
+def _all_finite(value: Any) -> bool:
+    """False if a float in ``value`` is NaN or infinite (orjson would write it as ``null``)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            stack.extend(v.values())
+        elif t is list or t is tuple:
+            stack.extend(v)
+        elif t is float and v - v != 0.0:  # inf - inf and nan - nan are nan
+            return False
+    return True
