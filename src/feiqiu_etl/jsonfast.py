@@ -50,7 +50,7 @@ def canonical_bytes(value: Any) -> bytes:
         return canonical_text(value).encode("utf-8")
     if b"0.0000" in out or b"e-" in out or (b"null" in out and not _all_finite(value)):
         return canonical_text(value).encode("utf-8")
-    return out
+    return bytes(memoryview(out))  # an exact-size copy: orjson's own buffer keeps ~4 KiB per object
 
 
 def _all_finite(value: Any) -> bool:

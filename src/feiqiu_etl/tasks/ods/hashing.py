@@ -16,6 +16,7 @@ from feiqiu_etl.jsonfast import canonical_bytes
 
 NUL_ESCAPE = "\\u0000"
 """How a ``\\u0000`` in a string shows in canonical text: a record whose text lacks it has none to strip."""
+NUL_ESCAPE_BYTES = NUL_ESCAPE.encode("ascii")
 
 
 def strip_nul(value: Any) -> Any:
@@ -34,19 +35,17 @@ def canonical_json(record: Any) -> str:
     return canonical_bytes(record).decode("utf-8")
 
 
-def canonical_row(record: Any) -> tuple[Any, str, str]:
-    """``(record without \\u0000, canonical text, content_hash)`` in one pass over the record.
+def canonical_row(record: Any) -> tuple[Any, bytes, str]:
+    """``(record without \\u0000, canonical JSON as UTF-8 bytes, content_hash)`` in one pass over the record.
 
     The NUL scan (:func:`strip_nul`) only runs when the canonical text shows a ``\\u0000`` escape. Raises
     ``ValueError`` (non-finite float, lone surrogate), ``TypeError`` or ``RecursionError`` like
     :func:`canonical_json`."""
     data = canonical_bytes(record)
-    text = data.decode("utf-8")
-    if NUL_ESCAPE in text:
+    if NUL_ESCAPE_BYTES in data:
         record = strip_nul(record)
         data = canonical_bytes(record)
-        text = data.decode("utf-8")
-    return record, text, hashlib.sha256(data).hexdigest()
+    return record, data, hashlib.sha256(data).hexdigest()
 
 
 def content_hash(record: Any) -> str:

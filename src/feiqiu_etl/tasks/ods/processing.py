@@ -112,6 +112,7 @@ class OdsProcessor:
         out = ProcessOutput(fetched=len(records))
         keys: list[tuple] = []
         signature: list[str] = []
+        wants_detail = self.spec.detail is not None
         for index, record in enumerate(records):
             try:
                 row = self._row(record, layout, fetched_at, req.scope, window_field=self.spec.window_field)
@@ -120,7 +121,7 @@ class OdsProcessor:
                 out.errors.append(error)
                 signature.append(error["error"])
                 continue
-            row.wants_detail = self.spec.detail is not None
+            row.wants_detail = wants_detail
             keys.append(row.keys)
             signature.append(row.content_hash)
             out.rows.append(row)
@@ -189,8 +190,8 @@ class OdsProcessor:
         if not isinstance(record, dict):
             raise ValueError(f"record is not an object: {type(record).__name__}")
         record, text, digest = canonical_row(record)
-        keys = tuple(k.convert(record.get(k.field)) for k in layout.keys)
-        extra = tuple(k.convert(record.get(k.field)) for k in layout.extra)
+        keys = tuple([k.convert(record.get(k.field)) for k in layout.keys])
+        extra = tuple([k.convert(record.get(k.field)) for k in layout.extra]) if layout.extra else ()
         site = record.get(self.site_field, self.site_id)
         if isinstance(site, bool) or (site != self.site_id and str(site) != str(self.site_id)):
             raise ValueError(f"{self.site_field} {site!r} is not the requested store {self.site_id}")
@@ -208,18 +209,14 @@ class OdsProcessor:
         )
 
 
-_DIGITS = frozenset("0123456789")
-
-
 def parse_window_time(raw: str) -> datetime:
-    """``"YYYY-MM-DD HH:MM:SS"`` (Shanghai local) as an aware datetime; the exact 19-character form is read
-    without ``strptime`` (a tenth of the cost), anything else goes through ``parse_local`` (same result, same
-    ``ValueError``)."""
-    if (len(raw) == 19 and raw[4] == "-" and raw[7] == "-" and raw[10] == " " and raw[13] == ":" and raw[16] == ":"
-            and _DIGITS.issuperset(raw[0:4] + raw[5:7] + raw[8:10] + raw[11:13] + raw[14:16] + raw[17:19])):
+    """``"YYYY-MM-DD HH:MM:SS"`` (Shanghai local) as an aware datetime. The exact 19-character form is read by
+    ``datetime.fromisoformat`` (C, a tenth of ``strptime``'s cost); anything else, and anything it refuses,
+    goes through ``parse_local`` (same result, same ``ValueError``)."""
+    if len(raw) == 19 and raw[10] == " " and raw[4] == "-" and raw[7] == "-" and raw[13] == ":" and raw[16] == ":" \
+            and raw.isascii():
         try:
-            return datetime(int(raw[0:4]), int(raw[5:7]), int(raw[8:10]), int(raw[11:13]), int(raw[14:16]),
-                            int(raw[17:19]), tzinfo=SHANGHAI)
+            return datetime.fromisoformat(raw).replace(tzinfo=SHANGHAI)
         except ValueError:
             pass  # e.g. February 30: parse_local gives the error text
     return to_aware(parse_local(raw))

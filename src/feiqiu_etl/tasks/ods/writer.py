@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any, Iterable
 
 import psycopg
-from psycopg import sql
+from psycopg import postgres, sql
+from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
 from feiqiu_etl.pipeline.models import PipelineRequest, WriteResult
@@ -48,19 +49,30 @@ def detail_request(spec: OdsTaskSpec, record: dict, *, scope: Any = None) -> Pip
     )
 
 
+class _TextBytes(Dumper):
+    """Send ``bytes`` that hold UTF-8 text as a text parameter, as they are (no decode, no bytea escaping)."""
+
+    oid = postgres.types["text"].oid
+
+    def dump(self, obj: bytes) -> bytes:
+        return obj
+
+
 def _literal(values: list, sql_type: str) -> str:
     """A PostgreSQL array literal (``'{1,2}'``, ``'{"a","b\\"c"}'``) of ints, strings or aware datetimes;
-    None is NULL. Every non-integer element is double-quoted with ``\\`` and ``"`` escaped."""
+    None is NULL. Strings are double-quoted with ``\\`` and ``"`` escaped; ISO datetimes need no quotes."""
     if sql_type in ("bigint", "integer"):
         return "{" + ",".join([str(v) for v in values]) + "}"
-    parts = []
-    for v in values:
-        if v is None:
-            parts.append("NULL")
-        else:
-            text = v.isoformat() if isinstance(v, datetime) else str(v)
-            parts.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return "{" + ",".join(parts) + "}"
+    if sql_type == "timestamptz":
+        seen: dict[datetime, str] = {}  # fetched_at is one object per page
+        parts = []
+        for v in values:
+            text = seen.get(v) if v is not None else "NULL"
+            if text is None:
+                text = seen[v] = v.isoformat()
+            parts.append(text)
+        return "{" + ",".join(parts) + "}"
+    return "{" + ",".join(['"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
 
 
 def parent_key(value: Any) -> str:
@@ -114,6 +126,7 @@ class OdsWriter:
         if parents:  # the stored rows of these keys, read before the upsert (drift-only changes)
             params = arrays[:1 + len(layout.keys)] + params
         cur = self.conn.cursor()
+        cur.adapters.register_dumper(bytes, _TextBytes)  # this cursor only: the payload array is UTF-8 text
         cur.execute(statement, params)
 
         def finish() -> None:
@@ -138,7 +151,7 @@ class OdsWriter:
 
     def _arrays(self, layout: TableLayout, rows: list[OdsRow]) -> tuple[list[str], str]:
         """The batch as PostgreSQL array literals, one per column of ``_columns`` but the payload, and the
-        payloads as ONE JSON array text. Built with string joins: dumping Python lists element by element
+        payloads as ONE JSON array (UTF-8 bytes, sent as text: see ``_TextBytes``). Built with string joins: dumping Python lists element by element
         was the writer's largest cost (profile in benchmarks/results/vs_peers.txt)."""
         columns = [_literal([r.site_id for r in rows], "bigint")]
         for i, k in enumerate(layout.keys):
@@ -149,7 +162,8 @@ class OdsWriter:
             columns.append(_literal([r.window for r in rows], "timestamptz"))
         columns.append("{" + ",".join([r.content_hash for r in rows]) + "}")  # hex digests: nothing to quote
         columns.append(_literal([r.fetched_at for r in rows], "timestamptz"))
-        return columns, "[" + ",".join([r.payload for r in rows]) + "]"
+        payloads = [r.payload if type(r.payload) is bytes else r.payload.encode("utf-8") for r in rows]
+        return columns, b"[" + b",".join(payloads) + b"]"
 
     def _columns(self, layout: TableLayout) -> list[tuple[str, str]]:
         """(column, SQL type) of the unnest arrays, in ``_arrays`` order (the payload travels apart)."""
