@@ -130,11 +130,13 @@ def main(ctx: click.Context, env_file: str, verbose: int) -> None:
 @click.option("--no-dwd", is_flag=True, help="load ODS only")
 @click.option("--dwd-only", is_flag=True, help="skip ODS; load DWD from what ODS holds")
 @click.option("--dwd-tables", default="", help="comma-separated DWD tables to load (default: all)")
+@click.option("--dwd-full", is_flag=True, help="merge dimensions by comparing every key (default: only ODS rows "
+              "changed since the last merge)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @click.option("-v", "--verbose", count=True)
 def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, connector_path, pipeline_workers,
         pipeline_batch_size, pipeline_rate_min, pipeline_rate_max, sets, timeout, no_dwd, dwd_only, dwd_tables,
-        as_json, verbose) -> None:
+        dwd_full, as_json, verbose) -> None:
     """Run the flow against any server that implements the API."""
     _setup_logging(verbose)
     from feiqiu_etl.flowcli import FlowOptions, execute_flow
@@ -156,7 +158,7 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
                                                                pipeline_rate_min, pipeline_rate_max)},
         window_start=window_start, window_end=window_end, timeout=timeout,
         load_dwd=not no_dwd, dwd_only=dwd_only, dwd_tables=[t for t in dwd_tables.split(",") if t.strip()],
-        strict_env_names=_dotenv_names(),
+        strict_env_names=_dotenv_names(), dwd_full=dwd_full,
     )
     result = execute_flow(options, dsn)
     _emit(result, as_json)

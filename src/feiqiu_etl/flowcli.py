@@ -110,6 +110,7 @@ class FlowOptions:
     now: Any = None
     progress: bool = True
     strict_env_names: set[str] = field(default_factory=set)
+    dwd_full: bool = False  # --dwd-full: merge dimensions by a full compare
 
 
 def build_runner(options: FlowOptions, dsn: str, token: CancellationToken):
@@ -129,6 +130,7 @@ def build_runner(options: FlowOptions, dsn: str, token: CancellationToken):
             site_ids=options.site_ids, task_codes=options.task_codes, windows=windows, cancel_token=token,
             load_dwd=options.load_dwd or options.dwd_only, load_ods=not options.dwd_only,
             dwd_tables=options.dwd_tables or None, logger=logging.getLogger("feiqiu_etl.flow"),
+            dwd_full=options.dwd_full,
         )
     except (ConnectorError, ConfigError, KeyError, ValueError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)

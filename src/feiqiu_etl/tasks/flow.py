@@ -141,6 +141,7 @@ class FlowRunner:
         load_ods: bool = True,
         dwd_tables: list[str] | None = None,
         client_factory: Callable[..., APIClient] | None = None,
+        dwd_full: bool = False,
     ):
         self.connector = connector
         self.config = app_config
@@ -155,6 +156,7 @@ class FlowRunner:
         self.load_dwd = load_dwd
         self.load_ods = load_ods
         self.dwd_tables = dwd_tables
+        self.dwd_full = dwd_full
         api = connector.api
         self.conventions = ApiConventions(
             connector=connector.name, site_param=api.site_param, page_param=api.pagination.page_param,
@@ -277,7 +279,8 @@ class FlowRunner:
             ensure_dwd_tables(conn, mapping)
         workers = self.config.number("dwd.parallel_workers", int, minimum=1, maximum=64)
         task = DwdLoadTask(self.dsn, mapping, parallel_workers=workers, run_id=self.run_id,
-                           logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.cancel_token.event)
+                           logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.cancel_token.event,
+                           full=self.dwd_full)
         summary = task.load(only_tables=self.dwd_tables)
         out = summary.to_dict()
         out["status"] = summary.status

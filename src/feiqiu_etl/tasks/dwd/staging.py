@@ -70,7 +70,8 @@ def change_hash_sql(table: DwdTable, alias: str = "c") -> sql.Composed:
     return sql.SQL("md5(jsonb_build_array({})::text)").format(names(table.tracked, alias))
 
 
-def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None) -> Fragment:
+def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None,
+                   changed: Fragment | None = None) -> Fragment:
     """SELECT of the deduplicated, typed source rows, with the stage's column names."""
     casts = Fragment.join(", ", (Fragment.of("{} AS {}", cast_sql(c, sql.Identifier("o", "payload")),
                                              sql.Identifier(c.name)) for c in table.columns))
@@ -78,13 +79,17 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None)
     ods_key_sel = sql.SQL("").join(
         sql.SQL(", o.{} AS {}").format(sql.Identifier(k), a) for k, a in zip(ods_keys, key_aliases))
     where = Fragment.of(" WHERE {} >= {}", MARK, param(since)) if since is not None else Fragment(sql.SQL(""))
+    if changed is not None:
+        where = Fragment.of(" WHERE {}", changed)
     inner = Fragment.of(
         "SELECT o.site_id, {}, o.is_deleted, o.content_hash, o.fetched_at, {} AS _mark{} FROM {} o{}",
         casts, MARK, ods_key_sel, source_ident(table), where,
     )
     bk = [sql.Identifier("c", k) for k in table.key]
     if table.is_dimension:
-        extra = sql.SQL("{} AS change_hash").format(change_hash_sql(table))
+        # mark and the ODS key: the dimension's change watermark and key alignment (tasks/dwd/watermark.py)
+        extra = sql.SQL("{} AS change_hash, c._mark AS mark{}").format(
+            change_hash_sql(table), sql.SQL("").join(sql.SQL(", c.{}").format(a) for a in key_aliases))
     else:
         extra = sql.SQL("c.content_hash AS src_content_hash, c.fetched_at AS src_fetched_at, c._mark AS mark")
     order = sql.SQL(", ").join([*bk, sql.SQL("c.is_deleted"), sql.SQL("c.fetched_at DESC"),
@@ -95,15 +100,18 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None)
     )
 
 
-def stage_source(conn: psycopg.Connection, table: DwdTable, *, since: datetime | None = None) -> int:
+def stage_source(conn: psycopg.Connection, table: DwdTable, *, since: datetime | None = None,
+                 changed: Fragment | None = None) -> int:
     """Fill ``pg_temp.dwd_stage`` with the source of ``table``; return its row count.
 
-    ``since`` (facts only) keeps the ODS rows whose ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))``
-    is ``>= since`` (warehouse-model §5.1); dimensions always read the whole source (§4.2). A payload that does
+    ``since`` (facts) keeps the ODS rows whose ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))``
+    is ``>= since`` (warehouse-model §5.1); ``changed`` (dimensions, an incremental merge) is a filter on the
+    ODS rows (alias ``o``, see ``watermark.changed_after``); without either the whole source is read (§4.2).
+    A dimension's stage also holds ``mark`` and the ODS key columns ``_k0…`` (watermark and key alignment). A payload that does
     not cast (e.g. ``"abc"`` for a money field) raises ``psycopg.errors.DataError`` (or a subclass such as
     ``InvalidTextRepresentation``) and leaves the transaction to be rolled back by the caller.
     """
-    select = _select_source(table, ods_key_columns(conn, table), since)
+    select = _select_source(table, ods_key_columns(conn, table), since, changed)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(STAGE))
     # CREATE TABLE AS (not INSERT … SELECT) lets PostgreSQL scan and cast the source with parallel workers.
     cur = conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS ").format(_STAGE_NAME) + select.sql,
