@@ -55,6 +55,11 @@ def render_summary(data: dict, console: Console | None = None) -> None:
             console.print(f"[red]{t['task']}: {e.get('stage')}: {e.get('error')}[/red]", overflow="fold")
         if t.get("snapshot_note", "") and t["snapshot_note"].startswith("soft delete skipped"):
             console.print(f"[yellow]{t['task']}: {t['snapshot_note']}[/yellow]")
+        for d in t.get("schema_drift", []):  # tasks/ods/drift.py
+            parts = [f"new field(s) {', '.join(d['new_fields'])}" if d["new_fields"] else "",
+                     f"lost field(s) {', '.join(d['lost_fields'])}" if d["lost_fields"] else ""]
+            console.print(f"[yellow]{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
+                          f"(first seen in run {d['first_seen_run']})[/yellow]", overflow="fold")
     dwd = data.get("dwd")
     if dwd:
         console.print(f"DWD: [bold]{dwd.get('status')}[/bold]")

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from feiqiu_etl.pipeline.models import PipelineRequest, ProcessOutput, ResponseItem
+from feiqiu_etl.tasks.ods.drift import FieldTracker
 from feiqiu_etl.tasks.ods.hashing import canonical_row, hash_text
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
 from feiqiu_etl.connector.spec import OdsTaskSpec
@@ -92,6 +93,7 @@ class OdsProcessor:
     site_field: str = "siteId"
     snapshot: SnapshotState | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    fields: FieldTracker | None = None  # schema drift: the field names of every page's records
 
     def __call__(self, item: ResponseItem) -> ProcessOutput:
         if item.request.is_detail:
@@ -125,6 +127,8 @@ class OdsProcessor:
             keys.append(row.keys)
             signature.append(row.content_hash)
             out.rows.append(row)
+        if self.fields is not None:
+            self.fields.page(layout.table, records)
         if out.errors and self.snapshot is not None:
             self.snapshot.problem("a record could not be processed")
         short = len(records) < (req.page_size or 0)
@@ -179,6 +183,8 @@ class OdsProcessor:
                 continue
             seen.append(row.keys)
             out.rows.append(row)
+        if self.fields is not None:
+            self.fields.page(layout.table, items)
         if not out.errors:
             out.rows.append(DetailDone(d.target_table, self.spec.code, self.site_id, parent_value,
                                        req.context["parent_key"], seen, fetched_at, req.scope))

@@ -22,6 +22,7 @@ from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
+from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
 from feiqiu_etl.tasks.ods.rows import layouts_for
 from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
@@ -66,12 +67,13 @@ class TaskRun:
     result: PipelineResult
     windows: list[tuple[str, str]] = field(default_factory=list)
     snapshot_note: str | None = None
+    schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
 
     def to_dict(self) -> dict:
         return {
             "task": self.task_code, "site_id": self.site_id, "table": self.table,
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
-            "snapshot_note": self.snapshot_note, **self.result.to_dict(),
+            "snapshot_note": self.snapshot_note, "schema_drift": self.schema_drift, **self.result.to_dict(),
         }
 
 
@@ -117,9 +119,10 @@ class BaseOdsTask:
             writer = OdsWriter(conn, spec, layouts, self.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
+            fields = FieldTracker()
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
-                                     snapshot=snapshot)
+                                     snapshot=snapshot, fields=fields)
             pipeline = UnifiedPipeline(self.transport, self.config, lane=self.lane,
                                        cancel_token=self.cancel_token, logger=self.logger)
             run_started = datetime.now(timezone.utc)
@@ -138,9 +141,19 @@ class BaseOdsTask:
             finally:
                 if self.observer:
                     self.observer(None)
+            drift = self._drift(conn, fields)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
-                       [(fmt(w.start), fmt(w.end)) for w in windows], note.get("snapshot"))
+                       [(fmt(w.start), fmt(w.end)) for w in windows], note.get("snapshot"), drift)
+
+    def _drift(self, conn: psycopg.Connection, fields: FieldTracker) -> list[dict]:
+        """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
+        try:
+            return record_drift(conn, connector=self.conv.connector, task_code=self.spec.code, run_id=self.run_id,
+                                tracker=fields, logger=self.logger)
+        except psycopg.Error as exc:
+            self.logger.error("schema drift not recorded: %s", exc)
+            return []
 
     # ----------------------------------------------------------------- planning
     def _plan_windows(self, conn: psycopg.Connection, site_id: int) -> list[Window]:
