@@ -45,6 +45,8 @@ from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
 from feiqiu_etl.tasks.dwd.schema import OPEN_END
 from feiqiu_etl.tasks.dwd.staging import change_hash_sql
 
+from benchlib import emit
+
 SITE = 8640015201004417
 BASE_ID = 1872950412356812800  # ids above 2^53, as upstream-api.md §3.1
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -239,10 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             if server:
                 server.stop()
     report = "\n".join([f"$ {command}", *lines]) + "\n"
-    print(report, end="")
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(report, encoding="utf-8")
+    emit(report, args.output)
     return 0
 
 

@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from benchlib import emit
 from urllib.parse import parse_qs, urlsplit
 
 SITE = 8640015201004417
@@ -427,10 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server_pg.stop()
     text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+    emit(text, args.output)
     return 0
 
 
