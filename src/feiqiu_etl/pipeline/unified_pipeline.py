@@ -302,6 +302,13 @@ class _Run:
         failed = False
         chunk: RowChunk | None = None
         t0 = time.monotonic()
+
+        def emit(follow: PipelineRequest) -> None:  # a follow-up for the lane now (see ResponseItem.emit)
+            if follow.scope is None:
+                follow.scope = scope
+            self.frontier.push(follow, follow.scope)
+
+        item.emit = emit
         try:
             out = self.process_fn(item)
             if not isinstance(out, ProcessOutput):
