@@ -272,6 +272,7 @@ def product_connector(folder: Path) -> Path:
 
     data = yaml.safe_load(default_connector_path().read_text(encoding="utf-8"))
     data.pop("dwd_mapping", None)
+    data["api"]["pagination"]["max_pages"] = 100_000  # --rss-scale loads 5,000+ pages
     data["tasks"] = [{k: v for k, v in t.items() if k != "detail"} for t in data["tasks"] if t["code"] == "ODS_SETTLEMENT"]
     path = folder / "bench-connector.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
