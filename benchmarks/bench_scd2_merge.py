@@ -12,6 +12,9 @@ changes a tracked column of ``--change-pct`` % of the members, then, side by sid
 * **incremental**: ``merge_dim_scd2(incremental=True)`` (what ``feiqiu-etl run`` does): only the ODS rows changed
   since the dimension's watermark; then a no-op re-run, then ``--small-pct`` % more members changed.
 
+Finally a no-op re-run with a single source row that does not cast (it is quarantined: the fast staging
+statement fails and the source is staged again with every cast checked).
+
 It reports changed rows per second for each and the ratios. Uses an embedded PostgreSQL in a temp folder
 unless ``--dsn`` is given (the database named there is dropped and recreated: never point it at real data).
 
@@ -22,10 +25,10 @@ unless ``--dsn`` is given (the database named there is dropped and recreated: ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -36,7 +39,7 @@ from psycopg.types.json import Jsonb
 
 from feiqiu_etl.connector import load_connector
 from feiqiu_etl.db.connection import connect
-from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database
+from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.tasks.dwd import ensure_dwd_tables, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql
@@ -193,6 +196,15 @@ def run(dsn: str, rows: int, change_pct: float, sample: int, small_pct: float = 
                f"= {few.inserted / secs:>10,.0f} changed rows/s")
     assert few.inserted == few.closed == small
 
+    with connect(dsn) as conn:  # one member's discount rate no longer casts: it is quarantined, the rest compared
+        conn.execute("UPDATE ods.member SET payload = jsonb_set(payload, '{level,discountRate}', '\"1e40\"')"
+                     " WHERE member_id = %s", (BASE_ID + 1,))
+        conn.commit()
+        poisoned, psecs = _timed(lambda: merge_dim_scd2(conn, table, now=T0 + timedelta(hours=7), run_id="bench-5"))
+        held = conn.execute("SELECT count(*) FROM etl_meta.dwd_quarantine").fetchone()[0]
+    out.append(f"no-op full compare, 1 poison row: {rows:>7,} keys compared in {psecs:7.2f} s "
+               f"(inserted {poisoned.inserted}, closed {poisoned.closed}, quarantined {held})")
+
     out.append(f"ratio incremental / full compare: {inc_rate / full_rate:.1f}x changed rows/s at {100 / every:g} % changed")
     out.append(f"ratio incremental / row-by-row:   {inc_rate / rbr_rate:.1f}x changed rows/s")
     out.append(f"targets: >= 100,000 changed rows/s at 10 % -> {inc_rate:,.0f}; no-op <= 1 s -> {noop_secs:.2f} s; "
@@ -225,21 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    with tempfile.TemporaryDirectory(prefix="feiqiu-bench-") as tmp:
-        server = None
+    with contextlib.ExitStack() as stack:
         if args.dsn:
             admin = conninfo.make_conninfo(args.dsn, dbname="postgres")
             database = conninfo.conninfo_to_dict(args.dsn).get("dbname") or "bench_scd2"
         else:
-            server = EmbeddedPostgres(Path(tmp) / "pgdata").start()
+            server = stack.enter_context(temporary_server(prefix="feiqiu-bench-"))
             admin, database = server.dsn("postgres"), "bench_scd2"
-        try:
-            create_database(admin, database, drop_first=True)
-            lines = run(conninfo.make_conninfo(admin, dbname=database), args.rows, args.change_pct, args.sample,
-                        args.small_pct)
-        finally:
-            if server:
-                server.stop()
+        create_database(admin, database, drop_first=True)
+        lines = run(conninfo.make_conninfo(admin, dbname=database), args.rows, args.change_pct, args.sample,
+                    args.small_pct)
     report = "\n".join([f"$ {command}", *lines]) + "\n"
     emit(report, args.output)
     return 0

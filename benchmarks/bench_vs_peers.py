@@ -200,8 +200,8 @@ def dlt_load(base: str, dsn: str, page_size: int, pipelines_dir: str) -> int:
     credentials = PostgresCredentials()
     credentials.database, credentials.username = parts["dbname"], parts.get("user") or "postgres"
     credentials.password, credentials.host = parts.get("password") or "", "localhost"
-    if parts.get("host"):
-        credentials.query = {"host": parts["host"]}  # libpq: the query's host (a socket folder) wins
+    # libpq: the query's host (a socket folder) wins; the embedded server's password is in its passfile
+    credentials.query = {k: parts[k] for k in ("host", "passfile") if parts.get(k)}
     credentials.port = int(parts.get("port") or 5432)
     pipeline = dlt.pipeline(pipeline_name="bench_vs_peers",
                             destination=dlt.destinations.postgres(credentials=credentials),
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         print(dlt_load(args.base, args.dsn, args.page_size, args.pipelines_dir))
         return 0
 
-    from feiqiu_etl.db.embedded import EmbeddedPostgres
+    from feiqiu_etl.db.embedded import temporary_server
 
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -407,8 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="feiqiu-peers-") as tmp:
         folder = Path(tmp)
         product_connector(folder)
-        server_pg = EmbeddedPostgres(folder / "pgdata").start()
-        try:
+        with temporary_server(prefix="feiqiu-peers-pg-") as server_pg:
             admin = server_pg.dsn("postgres")
             with PageServer(pages) as server:
                 samples: list[Sample] = []
@@ -427,8 +426,6 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"feiqiu-etl peak RSS: {small:.0f} MiB at {args.rows:,} rows, {scaled[0].rss_mb:.0f} MiB at "
                              f"{big:,} rows (+{(scaled[0].rss_mb / small - 1) * 100:.0f} %; load {scaled[0].rate:,.0f} rows/s, "
                              f"{scaled[0].cpu_per_100k:.2f} CPU s/100k rows)")
-        finally:
-            server_pg.stop()
     text = "\n".join(lines) + "\n"
     emit(text, args.output)
     return 0

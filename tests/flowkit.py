@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 import psycopg
 
 from feiqiu_etl.connector import load_connector
-from feiqiu_etl.flowcli import FlowOptions, build_runner
+from feiqiu_etl.flowcli import execute_in_process
+from feiqiu_etl.plan import RunOptions
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 from feiqiu_etl.connector.windows import fmt
@@ -20,6 +21,7 @@ FAST = {
     "pipeline.rate_min": 0.02, "pipeline.rate_max": 0.028,
     "pipeline.ods_group_package.rate_min": 0.03, "pipeline.ods_group_package.rate_max": 0.038,
     "pipeline.batch_timeout": 0.2, "api.retry_backoff": 0.02, "api.timeout": 5,
+    "detail.recheck_share": 0,  # exact request counts; the re-check has tests of its own
 }
 SIM_RISK = RiskControlConfig(gap_standard=0.01, gap_groupbuy=0.02)
 
@@ -30,19 +32,27 @@ def sim_config(**kw) -> SimulatorConfig:
     return SimulatorConfig(**base)
 
 
-def options(sim: Simulator, *, tasks=None, window=True, overrides=None, **kw) -> FlowOptions:
+def options(sim: Simulator, *, tasks=None, window=True, overrides=None, **kw) -> RunOptions:
+    """Run options against ``sim`` with FAST gaps (below the upstream's minimum on purpose: unsafe_gaps)."""
     cfg = sim.config
     if window:
         kw.setdefault("window_start", fmt(ANCHOR - timedelta(days=cfg.days)))
         kw.setdefault("window_end", fmt(ANCHOR))
     kw.setdefault("load_dwd", False)
-    return FlowOptions(api_base=sim.base_url, token=cfg.token, site_ids=list(cfg.site_ids),
-                       task_codes=tasks or [], overrides={**FAST, **(overrides or {})}, environ={}, **kw)
+    kw.setdefault("unsafe_gaps", True)
+    kw.setdefault("token", cfg.token)
+    kw.setdefault("site_ids", list(cfg.site_ids))
+    kw.setdefault("environ", {})
+    return RunOptions(api_base=sim.base_url, task_codes=tasks or [], overrides={**FAST, **(overrides or {})}, **kw)
+
+
+def run_opts(opts: RunOptions, dsn: str, token: CancellationToken | None = None, **kw):
+    """Run ``opts`` in this process (heartbeat every 0.2 s so status tests need not wait)."""
+    return execute_in_process(opts, dsn, token or CancellationToken(), heartbeat=0.2, **kw)
 
 
 def run_flow(sim: Simulator, dsn: str, token: CancellationToken | None = None, **kw):
-    opts = options(sim, **kw)
-    return build_runner(opts, dsn, token or CancellationToken()).run()
+    return run_opts(options(sim, **kw), dsn, token)
 
 
 def ods_rows(dsn: str, table: str, live_only: bool = True) -> dict:

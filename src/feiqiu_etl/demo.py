@@ -1,9 +1,11 @@
 """``feiqiu-etl demo``: embedded PostgreSQL + the local simulator + the full flow, with demo-sized gaps.
 
 The simulated history is fixed (``DEMO_ANCHOR``) and goes into its own database (``feiqiu_demo``), so
-reruns change nothing and real runs are never mixed with it. The simulator's risk control stays ON with gaps just below the pipeline's minimum gap, so the demo
-proves the lane is strictly serial and paced: any overlap or early request would be rejected (42901).
-The token is generated per demo and never printed.
+reruns change nothing and real runs are never mixed with it. The simulator's risk control stays ON with gaps
+just below the pipeline's minimum gap, so the demo proves the lane is strictly serial and paced: any overlap
+or early request would be rejected (42901). Those gaps are far below the real upstream's minimum (3 s / 8 s),
+so the demo runs with ``unsafe_gaps`` on purpose, and says so. The token is generated per demo and never
+printed.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
-from feiqiu_etl.flowcli import FlowOptions, execute_flow
 from feiqiu_etl.connector.windows import fmt
+from feiqiu_etl.flowcli import execute_flow
+from feiqiu_etl.plan import RunOptions
 
 DEMO_SETTINGS = {
     "pipeline.rate_min": 0.05,
@@ -32,8 +35,8 @@ DEMO_DATABASE = "feiqiu_demo"       # its own database on the embedded server: n
 
 
 def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: dict[str, Any],
-             load_dwd: bool, quiet: bool):
-    """Run the demo flow and return its ``FlowResult``; prints a short lane report to stderr."""
+             load_dwd: bool, quiet: bool, override_sources: dict[str, str] | None = None):
+    """Run the demo flow and return its ``RunResult``; prints a short lane report to stderr."""
     from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
     anchor = DEMO_ANCHOR
@@ -43,12 +46,19 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
         risk=RiskControlConfig(gap_standard=SIM_GAP_STANDARD, gap_groupbuy=SIM_GAP_GROUPBUY),
     )
     with Simulator(cfg) as sim:
-        options = FlowOptions(
+        options = RunOptions(
             api_base=sim.base_url, token=token, site_ids=list(cfg.site_ids),
-            overrides={**DEMO_SETTINGS, **overrides},
+            overrides={**DEMO_SETTINGS, **overrides}, override_sources=override_sources or {},
             window_start=fmt(anchor - timedelta(days=days)), window_end=fmt(anchor), load_dwd=load_dwd,
+            unsafe_gaps=True,
         )
-        result = execute_flow(options, dsn, database_name=DEMO_DATABASE)
+        if not quiet:
+            print(f"demo: simulator at {sim.base_url} with risk control on and tiny gaps "
+                  f"({SIM_GAP_STANDARD} s / {SIM_GAP_GROUPBUY} s); the run uses {DEMO_SETTINGS['pipeline.rate_min']}-"
+                  f"{DEMO_SETTINGS['pipeline.rate_max']} s gaps (--unsafe-gaps on purpose: never against the real API)",
+                  file=sys.stderr)
+        args = {"seed": seed, "scale": scale, "days": days, "load_dwd": load_dwd, "simulator": sim.base_url}
+        result = execute_flow(options, dsn, database_name=DEMO_DATABASE, command="demo", args=args)
         print(lane_report(sim.request_log()), file=sys.stderr)
     if not quiet and not dsn:
         print(f"data: embedded database {DEMO_DATABASE}; look with  feiqiu-etl sql --demo "

@@ -1,43 +1,77 @@
-"""Turn CLI options into a validated :class:`FlowRunner` and run it (shared by ``run`` and ``demo``).
+"""From CLI options to a finished run: validate → database → history → plan → :class:`FlowRunner`.
 
-Everything that can be wrong with the configuration (connector file, task codes, pipeline values,
-windows) is checked here *before* the database starts or any request is sent; errors become
-``UsageFailure`` (exit 2) with one line.
+Everything that can be wrong with the configuration (connector, fleet and mapping files, task codes,
+pipeline values, gaps below the upstream's minimum, windows) is checked by :func:`feiqiu_etl.plan.prepare`
+*before* the database starts or any request is sent; errors become :class:`UsageFailure` (exit 2) with
+one line. Signals are honoured at every stage — starting and connecting to the database included — and a
+second signal aborts at once (exit 130) after stopping an embedded server this process started.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, Iterator
+import threading
+from typing import Any, Callable, Iterator
 
 import click
+import psycopg
 
-from feiqiu_etl.config.app_config import AppConfig, ConfigError
+from feiqiu_etl.config.app_config import ConfigError
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-
-
-EXIT_USAGE = 2
+from feiqiu_etl import exitcodes
 
 
 class UsageFailure(click.ClickException):
     """One-line configuration error; exit code 2."""
 
-    exit_code = EXIT_USAGE
+    exit_code = exitcodes.USAGE
+
+
+class DatabaseLost(click.ClickException):
+    """The database went away and did not come back in time (one line; exit code 7)."""
+
+    exit_code = exitcodes.DATABASE_LOST
+
+
+class CancelledEarly(click.ClickException):
+    """Cancelled before the run started (e.g. Ctrl-C while connecting); exit code 5."""
+
+    exit_code = exitcodes.CANCELLED
+
+
+_HARD_ABORT: list[Callable[[], None]] = []
+"""Cleanups a second signal runs before exiting (e.g. stop the embedded server this process started)."""
+
+
+@contextlib.contextmanager
+def on_hard_abort(fn: Callable[[], None]) -> Iterator[None]:
+    _HARD_ABORT.append(fn)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            _HARD_ABORT.remove(fn)
 
 
 @contextlib.contextmanager
 def signals_cancel(token: CancellationToken) -> Iterator[None]:
-    """First SIGINT/SIGTERM → ``token.cancel()`` (graceful); a second one aborts at once (exit 130)."""
+    """First SIGINT/SIGTERM → ``token.cancel()`` (graceful); a second one aborts at once (exit 130), after
+    running the hard-abort cleanups (the embedded server is stopped; nothing is left running)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
     def handler(signum: int, frame: Any) -> None:
         if token.is_cancelled:
             os.write(2, b"\nsecond signal: aborting now\n")
-            os._exit(130)
+            for cleanup in list(_HARD_ABORT):
+                with contextlib.suppress(Exception):
+                    cleanup()
+            os._exit(exitcodes.HARD_ABORT)
         os.write(2, b"\ncancelling: no new requests; writing what was fetched (signal again to abort)\n")
         token.cancel("signal")
 
@@ -50,125 +84,155 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
+def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = False,
+             prepare: Callable[[str], None] | None = None) -> Iterator[str]:
     """``--dsn`` / ``ETL_DB_DSN`` if given, else database ``name`` on an embedded server started here and
-    stopped at exit."""
+    stopped at exit (also on a hard abort): as its superuser, or with ``reader`` as its read-only role
+    ``feiqiu_reader``; ``prepare(superuser_dsn)`` runs first on the embedded server only. A server that
+    cannot be prepared or started is a ``UsageFailure`` (one line, exit 2)."""
     if dsn:
         yield dsn
         return
-    from feiqiu_etl.db.embedded import default_embedded
+    from feiqiu_etl.db.embedded import EmbeddedServerError, default_embedded
 
-    server = default_embedded()
     try:
-        server.start()
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        server = default_embedded().start()
+    except EmbeddedServerError as exc:
+        raise UsageFailure(str(exc)) from None
     try:
-        yield server.ensure_database(name)
+        with on_hard_abort(server.stop):
+            try:
+                real_dsn = server.ensure_database(name)
+                if prepare is not None:
+                    prepare(real_dsn)
+                if reader:
+                    real_dsn = server.reader_dsn(name)
+            except EmbeddedServerError as exc:
+                raise UsageFailure(str(exc)) from None
+            except psycopg.Error as exc:
+                raise UsageFailure(f"embedded PostgreSQL: {' '.join(str(exc).split())}") from None
+            yield real_dsn
     finally:
         server.stop()
 
 
-def window_settings(config: AppConfig, start: str | None, end: str | None, now=None):
-    from feiqiu_etl.tasks.ods.task import WindowSettings
-    from feiqiu_etl.connector.windows import EARLIEST_WINDOW, Window, fmt, local_now, parse_local
+def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
+    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions."""
+    from feiqiu_etl.db.connection import connect
 
-    segment = config.number("window.segment_days", float, minimum=1 / 24, maximum=31)
-    lookback = config.number("window.lookback_hours", float, minimum=0, maximum=24 * 366)
-    initial = config.number("window.initial_days", float, minimum=0, maximum=3660)
-    explicit = None
-    if start or end:
-        if not (start and end):
-            raise UsageFailure("--window-start and --window-end go together")
-        try:
-            explicit = Window(parse_local(start), parse_local(end))
-        except ValueError as exc:
-            raise UsageFailure(f"bad window: {exc}") from None
-        latest = (now or local_now()) + timedelta(days=366)
-        if explicit.start < EARLIEST_WINDOW or explicit.end > latest:
-            raise UsageFailure(f"bad window: it must lie between {fmt(EARLIEST_WINDOW)} and a year from now")
-    return WindowSettings(explicit=explicit, segment=timedelta(days=segment), lookback=timedelta(hours=lookback),
-                          initial=timedelta(days=initial), now=now)
+    def open_connection(dsn: str) -> psycopg.Connection:
+        return connect(dsn, connect_timeout=timeout)
+
+    return open_connection
 
 
-
-@dataclass
-class FlowOptions:
-    api_base: str
-    token: str
-    site_ids: list[int]
-    task_codes: list[str] = field(default_factory=list)
-    connector_path: str | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
-    window_start: str | None = None
-    window_end: str | None = None
-    timeout: float | None = None
-    load_dwd: bool = True
-    dwd_only: bool = False
-    dwd_tables: list[str] = field(default_factory=list)
-    environ: dict[str, str] | None = None
-    now: Any = None
-    progress: bool = True
-    strict_env_names: set[str] = field(default_factory=set)
-    dwd_full: bool = False  # --dwd-full: merge dimensions by a full compare
-
-
-def build_runner(options: FlowOptions, dsn: str, token: CancellationToken):
-    """Validate ``options`` and return a ready :class:`FlowRunner`. Raises ``UsageFailure``."""
-    from feiqiu_etl.connector import ConnectorError, load_connector
-    from feiqiu_etl.tasks.flow import FlowRunner
-
-    if not options.api_base.startswith(("http://", "https://")):
-        raise UsageFailure(f"--api-base must be an http(s) URL, got {options.api_base!r}")
-    try:
-        connector = load_connector(options.connector_path)
-        config = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=options.overrides,
-                                environ=options.environ, strict_names=options.strict_env_names)
-        windows = window_settings(config, options.window_start, options.window_end, now=options.now)
-        return FlowRunner(
-            connector=connector, app_config=config, dsn=dsn, api_base=options.api_base, token=options.token,
-            site_ids=options.site_ids, task_codes=options.task_codes, windows=windows, cancel_token=token,
-            load_dwd=options.load_dwd or options.dwd_only, load_ods=not options.dwd_only,
-            dwd_tables=options.dwd_tables or None, logger=logging.getLogger("feiqiu_etl.flow"),
-            dwd_full=options.dwd_full,
-        )
-    except (ConnectorError, ConfigError, KeyError, ValueError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        raise UsageFailure(message) from None
-
-
-def validate(options: FlowOptions) -> None:
-    """Check the configuration without a database (so a bad config fails before anything starts)."""
-    build_runner(options, "postgresql://validation-only/", CancellationToken()).client.close()
-
-
-def check_database(dsn: str) -> None:
-    """Connect once before any request; an unreachable database is a configuration error (exit 2)."""
-    import psycopg
-
+def check_database(dsn: str, token: CancellationToken | None = None, timeout: float = 10.0) -> None:
+    """Connect once before any request, within ``timeout`` seconds and cancellable: an unreachable or silent
+    database is a one-line error (exit 2); a cancel while connecting ends the command (exit 5)."""
     from feiqiu_etl.db.connection import connect, redact_dsn, scrub
 
-    try:
-        with connect(dsn) as conn:
-            version = conn.info.server_version
-    except psycopg.Error as exc:
-        reason = scrub(" ".join(str(exc).split()) or exc.__class__.__name__, dsn)
-        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}") from None
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            with connect(dsn, connect_timeout=timeout) as conn:
+                outcome["version"] = conn.info.server_version
+        except BaseException as exc:  # noqa: BLE001 - reported by the waiting thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=attempt, name="db-check", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+        if token is not None and token.is_cancelled and worker.is_alive():
+            raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
+    error = outcome.get("error")
+    if error is not None:
+        reason = scrub(" ".join(str(error).split()) or error.__class__.__name__, dsn)
+        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}")
+    version = outcome.get("version", 0)
     if version < 130000:
         raise UsageFailure(f"PostgreSQL >= 13 is required, the server is {version // 10000}")
 
 
-def execute_flow(options: FlowOptions, dsn: str | None, database_name: str = DEFAULT_DATABASE):
-    """Validate, start the database if needed, run with signal handling and ``--timeout``."""
-    validate(options)
+def prepare_inputs(options):
+    """:func:`feiqiu_etl.plan.prepare` with its errors as :class:`UsageFailure`."""
+    from feiqiu_etl.plan import prepare
+
+    try:
+        return prepare(options)
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def plan_run(inputs, conn: psycopg.Connection, *, now=None):
+    """Prepare the database (DDL, vanished runs → INTERRUPTED), read history and build the plan."""
+    from feiqiu_etl.plan import build_plan, read_history
+    from feiqiu_etl.runner import prepare_database
+
+    stale = inputs.config.number("run.stale_after", float)
+    prepare_database(conn, inputs.connector, stale_after=stale)
+    keys = [(s.code, store.site_id) for lane in inputs.lanes for store in lane.stores for s in lane.specs]
+    history = read_history(conn, inputs.connector.name, keys)
+    return build_plan(inputs, history, now=now)
+
+
+def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE, *, command: str = "run",
+                 args: dict | None = None, progress: bool = True, abortable: bool = True):
+    """Validate, start the database if needed, plan, and run with signal handling and ``--timeout``.
+    Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
+    from feiqiu_etl.runner import FlowRunner
+
+    inputs = prepare_inputs(options)
+    db_timeout = inputs.config.number("db.connect_timeout", float)
+    connect = connector_for(db_timeout)
     token = CancellationToken(timeout=options.timeout)
     try:
         with signals_cancel(token), database(dsn, database_name) as real_dsn:  # signals covered until the server stopped
-            check_database(real_dsn)
-            runner = build_runner(options, real_dsn, token)
+            if token.is_cancelled:
+                raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
+            check_database(real_dsn, token, db_timeout)
+            try:
+                with connect(real_dsn) as conn:
+                    plan = plan_run(inputs, conn, now=options.now)
+            except psycopg.Error as exc:
+                raise UsageFailure(f"cannot prepare the database: {_one_line(exc, real_dsn)}") from None
+            runner = FlowRunner(plan, real_dsn, cancel_token=token, command=command, args=args or {},
+                                connect=connect, heartbeat=inputs.config.number("run.heartbeat_seconds", float),
+                                abortable=abortable)
             from feiqiu_etl.report import live_progress
 
-            with live_progress(runner.progress, enabled=options.progress):
-                return runner.run()
+            heartbeat = inputs.config.number("progress.heartbeat_seconds", float)
+            try:
+                with live_progress(runner, enabled=progress, heartbeat=heartbeat):
+                    return runner.run()
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                raise DatabaseLost(f"database unavailable: {_one_line(exc, real_dsn)}") from None
     finally:
         token.dispose()
+
+
+def _one_line(exc: BaseException, dsn: str) -> str:
+    from feiqiu_etl.db.connection import scrub
+
+    return scrub(" ".join(str(exc).split())[:300] or exc.__class__.__name__, dsn)
+
+
+def execute_in_process(options, dsn: str, token: CancellationToken | None = None, *, command: str = "run",
+                       args: dict | None = None, abortable: bool = True, client_factory=None, heartbeat: float | None = None):
+    """Run in this process against an existing database (no signal handling, no progress display, no embedded
+    server): what tests and orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration
+    or an unreachable database; returns the :class:`~feiqiu_etl.runner.RunResult`."""
+    from feiqiu_etl.runner import FlowRunner
+
+    inputs = prepare_inputs(options)
+    db_timeout = inputs.config.number("db.connect_timeout", float)
+    connect = connector_for(db_timeout)
+    check_database(dsn, token, db_timeout)
+    with connect(dsn) as conn:
+        plan = plan_run(inputs, conn, now=options.now)
+    kw = {"client_factory": client_factory} if client_factory is not None else {}
+    runner = FlowRunner(plan, dsn, cancel_token=token, command=command, args=args or {}, connect=connect,
+                        heartbeat=heartbeat or inputs.config.number("run.heartbeat_seconds", float),
+                        abortable=abortable, **kw)
+    return runner.run()

@@ -1,16 +1,28 @@
-"""Human-readable output with rich: the per-task summary table and the task list (stdout)."""
+"""Human-readable output with rich: the run summary, the live progress display, plans, run history.
+
+Everything here reads plain dicts (``RunResult.to_dict()``, a live snapshot, registry rows), so the CLI,
+``show`` and the progress display agree. Tables fit 80 columns; long texts fold instead of being cut.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from feiqiu_etl import logs
+
+ERRORS_SHOWN = 3
+STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
+                "INTERRUPTED": "red", "RUNNING": "cyan"}
 
 
 def _console() -> Console:
@@ -23,46 +35,94 @@ def _compact() -> Table:
     return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0))
 
 
+def _status(status: str | None) -> Text:
+    return Text(status or "-", style=STATUS_STYLE.get(status or "", ""))
+
+
+def duration(seconds: float | None) -> str:
+    """``42 s``, ``3m05s``, ``2h04m`` (None → ``-``)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+# ----------------------------------------------------------------------------------------------- run summary
 def render_summary(data: dict, console: Console | None = None) -> None:
-    """Per-task counts (fits 80 columns: new = inserted, chg = updated, same = skipped, del = deleted;
-    details = ok/failed/skipped), then skipped tasks, the first errors, and the DWD table."""
+    """Per-task counts (80 columns: rows = list/detail records fetched; new/chg/same/del = inserted/updated/
+    unchanged/soft-deleted; rl = rate-limited answers), stores and lanes that stopped, the first errors of
+    each task with "(N more)", and the DWD table."""
     console = console or _console()
-    sites = {t["site_id"] for t in data["tasks"]}
-    console.print(f"run {data['run_id']}: [bold]{data['status']}[/bold]")
+    tasks = data.get("tasks", [])
+    sites = {t["site_id"] for t in tasks}
+    line = Text.assemble(f"run {data['run_id']}: ", _status(data["status"]))
+    if data.get("error"):
+        line.append(f" ({data['error']})")
+    console.print(line)
     table = _compact()
     table.add_column("task", no_wrap=True)
     if len(sites) > 1:
         table.add_column("site", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    for col in ("req", "fetched", "new", "chg", "same", "del", "details", "err", "s"):
+    for col in ("req", "rows", "new", "chg", "same", "del", "details", "rl", "err", "s"):
         table.add_column(col, justify="right", no_wrap=True)
-    for t in data["tasks"]:
-        row = [t["task"]] + ([str(t["site_id"])] if len(sites) > 1 else []) + [
-            t["status"], str(t["total_requests"]), str(t["total_fetched"]), str(t["total_inserted"]),
+    for t in tasks:
+        listed = t["total_fetched"] - t.get("detail_fetched", 0)
+        rows = f"{listed}/{t.get('detail_fetched', 0)}" if t.get("detail_table") else str(listed)
+        row = [t["task"]] + ([str(t["site_id"])[-6:]] if len(sites) > 1 else []) + [
+            _status(t["status"]), str(t["total_requests"]), rows, str(t["total_inserted"]),
             str(t["total_updated"]), str(t["total_skipped"]), str(t["total_deleted"]),
-            f"{t['detail_success']}/{t['detail_failure']}/{t['detail_skipped']}", str(len(t["errors"])),
-            f"{t['timing'].get('total', 0):.1f}",
+            f"{t['detail_success']}/{t['detail_failure']}/{t['detail_skipped']}", str(t.get("rate_limited", 0)),
+            str(len(t["errors"])), f"{t['timing'].get('total', 0):.1f}",
         ]
         table.add_row(*row)
-    if data["tasks"]:
+    if tasks:
         console.print(table)
-        console.print("new = inserted, chg = updated, same = unchanged (skipped), del = soft-deleted; "
-                      "details = fetched/failed/skipped (unchanged parent or not sent)", style="dim")
-    for s in data.get("skipped_tasks", []):
-        console.print(f"[yellow]not run: {s['task']} (site {s['site_id']}): {s['reason']}[/yellow]")
-    for t in data["tasks"]:
-        for e in t["errors"][:3]:
-            console.print(f"[red]{t['task']}: {e.get('stage')}: {e.get('error')}[/red]", overflow="fold")
-        if t.get("snapshot_note", "") and t["snapshot_note"].startswith("soft delete skipped"):
+        console.print("rows = list/detail records fetched; new/chg/same/del = inserted/updated/unchanged/soft-deleted; "
+                      "details = fetched/failed/skipped; rl = rate-limited answers", style="dim")
+    for lane in data.get("lanes", []):
+        if lane.get("reason"):
+            console.print(f"[red]lane {lane['name']}: {lane['status']}: {lane['reason']}[/red]", overflow="fold")
+        for store in lane.get("stores", []):
+            if store.get("reason") and not lane.get("reason"):
+                console.print(f"[red]store {store['site_id']}: {store['status']}: {store['reason']}[/red]",
+                              overflow="fold")
+    skipped = data.get("skipped_tasks", [])
+    if skipped:
+        reasons: dict[str, int] = {}
+        for s in skipped:
+            reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+        for reason, n in reasons.items():
+            console.print(f"[yellow]not run: {n} task(s): {reason}[/yellow]", overflow="fold")
+    for t in tasks:
+        errors = t["errors"]
+        for e in errors[:ERRORS_SHOWN]:
+            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}", style="red"), overflow="fold")
+        if len(errors) > ERRORS_SHOWN:
+            console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
+                               style="red"))
+        if (t.get("snapshot_note") or "").startswith("soft delete skipped"):
             console.print(f"[yellow]{t['task']}: {t['snapshot_note']}[/yellow]")
         for d in t.get("schema_drift", []):  # tasks/ods/drift.py
             parts = [f"new field(s) {', '.join(d['new_fields'])}" if d["new_fields"] else "",
                      f"lost field(s) {', '.join(d['lost_fields'])}" if d["lost_fields"] else ""]
             console.print(f"[yellow]{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
                           f"(first seen in run {d['first_seen_run']})[/yellow]", overflow="fold")
+        if t.get("details_given_up"):
+            console.print(f"[yellow]{t['task']}: {len(t['details_given_up'])} owed detail(s) given up[/yellow]")
+    rechecks = [t["recheck"] for t in tasks if t.get("recheck")]
+    if any(r["budget"] for r in rechecks):
+        console.print(f"details re-checked (oldest first): {sum(r['used'] for r in rechecks)} of a budget of "
+                      f"{sum(r['budget'] for r in rechecks)} (detail.recheck_share)", style="dim")
     dwd = data.get("dwd")
     if dwd:
-        console.print(f"DWD: [bold]{dwd.get('status')}[/bold]")
+        console.print(Text.assemble("DWD: ", _status(dwd.get("status"))))
         d = _compact()
         d.add_column("table", no_wrap=True)
         for col in ("kind", "inserted", "updated", "closed", "s"):
@@ -72,6 +132,9 @@ def render_summary(data: dict, console: Console | None = None) -> None:
             d.add_row(t["table"], t.get("kind", ""), str(t.get("inserted", 0)), str(t.get("updated", 0)),
                       str(t.get("closed", 0)), f"{t.get('seconds', 0):.2f}", str(t.get("error") or ""))
         console.print(d)
+        for e in dwd.get("errors", []):
+            if e.get("table") == "*":
+                console.print(f"[red]DWD: {e['error']}[/red]", overflow="fold")
 
 
 def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:
@@ -98,23 +161,79 @@ def render_tasks(connector: str, rows: list[dict], console: Console | None = Non
     console.print(table)
 
 
-def progress_line(progress: dict) -> Text:
-    """One line: tasks done, the running task, requests, outstanding work, queues, next request due."""
-    text = f"[{progress['done']}/{progress['total']}]"
-    stats = progress.get("stats")
-    if stats and stats.get("running"):
-        lane = stats["lane"]
-        text += (f" {progress['task']}: {lane.requests_sent} sent, {stats['outstanding']} in flight, "
-                 f"next in {lane.next_due_in:.1f} s")
-    return Text(text, no_wrap=True, overflow="ellipsis")
+# ----------------------------------------------------------------------------------------------- live display
+def lane_lines(lane: dict) -> list[Text]:
+    """Three lines per lane (80 columns): the request now; why the next one waits, rows and ETA; counts."""
+    cur = lane.get("current") or {}
+    if lane.get("state") == "finished":
+        now = "finished"
+    elif cur:
+        request = cur.get("request") or ""
+        head, sep, ident = request.rpartition(" id ")
+        if sep and len(ident) > 8:
+            request = f"{head} id …{ident[-7:]}"
+        now = f"{cur.get('task')} @{str(cur.get('site_id'))[-4:]} {request}"
+    else:
+        now = lane.get("state", "")
+    if lane.get("tripped"):
+        wait, style = f"stopped: {lane['tripped']}", "red"
+    elif lane.get("wait_reason") == "banned":
+        wait, style = f"banned by upstream: waiting {lane['next_due_in']:.0f} s (42902)", "red"
+    elif lane.get("wait_reason"):
+        wait, style = f"next in {lane['next_due_in']:.1f} s ({lane['wait_reason']})", ""
+    elif cur.get("in_flight"):
+        wait, style = "request in flight", ""
+    else:
+        wait, style = "working", ""
+    first = Text(f"{lane['name']}: ", style="bold")
+    first.append(now)
+    second = Text("  ")
+    second.append(wait, style=style)
+    second.append(f" · {lane['rows_written']:,} rows {lane['rows_per_s']:.0f}/s · ETA {duration(lane.get('eta_s'))}")
+    q = lane.get("queues", {})
+    rejected = lane["throttled"] + lane["banned"]
+    third = Text(f"  tasks {lane['tasks_done']}/{lane['tasks']} · req {lane['requests_sent']} ({rejected} rejected) · "
+                 f"left ~{lane['requests_remaining']} · queues {q.get('frontier', 0)}/{q.get('processing', 0)}/"
+                 f"{q.get('write', 0)}", style="dim")
+    for line in (first, second, third):
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+    return [first, second, third]
+
+
+def progress_view(snapshot: dict) -> Group:
+    """The whole live display: a header line and two lines per lane."""
+    head = Text(f"run {snapshot['run_id']} · {snapshot['phase']} · {snapshot['tasks_done']}/{snapshot['tasks']} "
+                f"tasks · {snapshot['rows_written']:,} rows · ETA {duration(snapshot.get('eta_s'))}", style="bold")
+    if snapshot.get("cancelling"):
+        head.append(" · cancelling", style="magenta")
+    head.no_wrap, head.overflow = True, "ellipsis"
+    lines: list[Text] = [head]
+    for lane in snapshot.get("lanes", []):
+        lines.extend(lane_lines(lane))
+    return Group(*lines)
+
+
+def heartbeat_line(snapshot: dict) -> str:
+    """One plain line of life for logs without a terminal (cron): progress, the current request, ETA."""
+    lanes = snapshot.get("lanes", [])
+    parts = []
+    for lane in lanes:
+        cur = lane.get("current") or {}
+        what = f"{cur.get('task')} {cur.get('request') or ''}".strip() if cur else lane.get("state", "")
+        parts.append(f"{lane['name']}: {what}; {lane['requests_sent']} req, {lane['rows_written']} rows")
+    return (f"[progress] run {snapshot['run_id']}: {snapshot['phase']}, {snapshot['tasks_done']}/{snapshot['tasks']} "
+            f"tasks, {snapshot['rows_written']} rows ({snapshot['rows_per_s']:.0f}/s), ETA "
+            f"{duration(snapshot.get('eta_s'))}; " + " | ".join(parts))
 
 
 def task_line(index: int, total: int, run) -> str:
     """One plain line per finished task, for logs (cron, pipes)."""
     r = run.result
-    return (f"[{index}/{total}] {run.task_code} site {run.site_id}: {r.status}, {r.total_requests} requests, "
-            f"{r.total_inserted} new, {r.total_updated} changed, {r.total_skipped} unchanged, "
-            f"{r.total_deleted} deleted, {len(r.errors)} errors, {r.timing.get('total', 0):.1f} s")
+    return (f"[{index}/{total}] {run.task_code} site {run.site_id}: {r.status}, {r.total_requests} requests"
+            f"{f' ({r.rate_limited} rate-limited)' if r.rate_limited else ''}, {r.total_inserted} new, "
+            f"{r.total_updated} changed, {r.total_skipped} unchanged, {r.total_deleted} deleted, "
+            f"{len(r.errors)} errors, {r.timing.get('total', 0):.1f} s")
 
 
 @contextmanager
@@ -124,7 +243,10 @@ def _every(seconds: float, fn: Callable[[], None]) -> Iterator[None]:
 
     def loop() -> None:
         while not stop.wait(seconds):
-            fn()
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a display problem must never stop the run
+                pass
 
     thread = threading.Thread(target=loop, name="progress", daemon=True)
     thread.start()
@@ -133,30 +255,176 @@ def _every(seconds: float, fn: Callable[[], None]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(1)
-        fn()
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 @contextmanager
-def live_progress(source: Callable[[], dict], enabled: bool) -> Iterator[None]:
-    """While the body runs: on a terminal, refresh one progress line on stderr; otherwise print one line
-    per finished task to stderr (so that logs of long unattended runs show progress)."""
+def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[None]:
+    """While the body runs: on a terminal, a live display on stderr (log lines print above it); otherwise one
+    line per finished task plus a heartbeat line every ``heartbeat`` seconds (0 = none), so that logs of long
+    unattended runs show life."""
     console = Console(stderr=True)
     if not enabled:
         yield
         return
     if console.is_terminal:
-        with Live(progress_line(source()), console=console, transient=True, refresh_per_second=4) as live:
-            with _every(0.25, lambda: live.update(progress_line(source()))):
-                yield
+        with Live(progress_view(runner.snapshot()), console=console, transient=True, refresh_per_second=4,
+                  redirect_stderr=False) as live:
+            logs.attach_console(console)
+            try:
+                with _every(0.5, lambda: live.update(progress_view(runner.snapshot()))):
+                    yield
+            finally:
+                logs.attach_console(None)
         return
     printed = 0
+    last_beat = time.monotonic()
 
     def report() -> None:
-        nonlocal printed
-        snapshot = source()
-        for run in snapshot["finished"][printed:]:
+        nonlocal printed, last_beat
+        finished = runner.finished_tasks()
+        total = runner.plan.task_count
+        for run in finished[printed:]:
             printed += 1
-            console.print(task_line(printed, snapshot["total"], run), soft_wrap=True, highlight=False)
+            console.print(task_line(printed, total, run), soft_wrap=True, highlight=False, markup=False)
+        if heartbeat > 0 and time.monotonic() - last_beat >= heartbeat:
+            last_beat = time.monotonic()
+            console.print(heartbeat_line(runner.snapshot()), soft_wrap=True, highlight=False, markup=False)
 
     with _every(0.5, report):
         yield
+
+
+# ----------------------------------------------------------------------------------------------- plan, history
+def render_plan(plan: dict, console: Console | None = None) -> None:
+    """The plan: per lane its stores and tasks with windows and estimates."""
+    console = console or _console()
+    e = plan["estimate"]
+    console.print(f"plan: connector {plan['connector']}, {'incremental' if plan['incremental'] else 'explicit window'}"
+                  f" as of {plan['now']} (Asia/Shanghai); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
+                  f"slowest lane ~{duration(e['lane_seconds_max'])}")
+    for lane in plan["lanes"]:
+        console.print(Text(f"lane {lane['name']} ({lane['key']}, token from ${lane['token_env']}): "
+                           f"{len(lane['stores'])} store(s), ~{lane['estimate']['requests']} requests, "
+                           f"~{duration(lane['estimate']['seconds'])} at its gaps", style="bold"))
+        t = _compact()
+        for col in ("store", "task", "kind", "windows", "gap s", "req", "basis"):
+            t.add_column(col, no_wrap=col != "windows", overflow="fold")
+        for task in lane["tasks"]:
+            windows = task["windows"]
+            w = "-" if not windows else f"{windows[0][0][:16]} … {windows[-1][1][:16]} ({len(windows)} seg)"
+            est = task["estimate"]
+            req = f"{est['list_requests']}+{est['detail_requests']}" if task["detail_endpoint"] else str(est["requests"])
+            t.add_row(str(task["site_id"])[-6:], task["task"], task["kind"][:4], w,
+                      f"{task['rate_min']:g}-{task['rate_max']:g}", req, est["basis"])
+        console.print(t)
+    if plan.get("dwd"):
+        d = plan["dwd"]
+        console.print(f"then DWD: tables {d['tables']}, {d['parallel_workers']} in parallel"
+                      f"{', full compare' if d['full'] else ''}")
+
+
+def render_runs(rows: list[dict], console: Console | None = None) -> None:
+    console = console or _console()
+    t = _compact()
+    for col in ("run", "status", "started (UTC)", "took", "stores", "tasks", "rows", "req", "rej", "err"):
+        t.add_column(col, no_wrap=True, justify="right" if col in ("rows", "req", "rej", "err") else "left")
+    for r in rows:
+        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M:%S") if r.get("started_at") else "-"
+        stores = r.get("stores") or []
+        t.add_row(r["run_id"], _status(r["status"]), started, duration(r.get("duration")),
+                  str(stores[0]) if len(stores) == 1 else str(len(stores)), str(len(r.get("tasks") or [])),
+                  _n(r.get("rows_written")), _n(r.get("requests")), _n(r.get("rejections")), _n(r.get("errors")))
+    console.print(t)
+    if not rows:
+        console.print("no runs recorded yet", style="dim")
+
+
+def _n(value: Any) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def render_show(run: dict, console: Console | None = None) -> None:
+    """Everything about one run: the record, per lane/store/task results, every error, and its stored log."""
+    console = console or _console()
+    console.print(Text.assemble(f"run {run['run_id']}: ", _status(run["status"]),
+                                f"  exit {run['exit_code'] if run.get('exit_code') is not None else '-'}"))
+    console.print(f"command: {run.get('command') or '-'}  host {run.get('host')} pid {run.get('pid')}  "
+                  f"version {run.get('version') or '-'}")
+    console.print(f"started {_ts(run.get('started_at'))}, finished {_ts(run.get('finished_at'))}, took "
+                  f"{duration(run.get('duration'))}")
+    if run.get("error"):
+        console.print(Text(f"error: {run['error']}", style="red"), overflow="fold")
+    if run.get("cancel_requested_at"):
+        console.print(f"cancel requested {_ts(run['cancel_requested_at'])} by {run.get('cancel_requested_by')}")
+    args = run.get("args") or {}
+    if args:
+        console.print("arguments: " + " ".join(f"{k}={v}" for k, v in args.items() if v not in (None, "", [], False)),
+                      overflow="fold", style="dim")
+    summary = run.get("summary")
+    if summary:
+        for lane in summary.get("lanes", []):
+            console.print(Text.assemble(f"lane {lane['name']} ({lane['key']}): ", _status(lane["status"]),
+                                        f"  {lane.get('requests_sent', 0)} requests, {lane.get('throttled', 0)} "
+                                        f"throttled, {lane.get('banned', 0)} banned ({lane.get('banned_seconds', 0)} s)"
+                                        f", {duration(lane.get('seconds'))}"))
+            for store in lane.get("stores", []):
+                name = f" ({store['name']})" if store.get("name") else ""
+                console.print(Text.assemble(f"  store {store['site_id']}{name}: ", _status(store["status"]),
+                                            f"  {store['tasks_done']}/{store['tasks']} tasks, {store['rows']} rows"
+                                            + (f"  — {store['reason']}" if store.get("reason") else "")))
+        render_summary(summary, console)
+        for t in summary.get("tasks", []):
+            if t.get("windows"):
+                w = t["windows"]
+                console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({len(w)} segment(s))",
+                              style="dim")
+            for e in t["errors"][ERRORS_SHOWN:]:
+                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}", style="red"), overflow="fold")
+    live = run.get("live")
+    if live:
+        console.print(progress_view(live))
+    log = run.get("log") or []
+    if log:
+        console.print(f"log ({len(log)} lines):", style="bold")
+        for e in log:
+            context = " ".join(str(e[k]) for k in ("lane", "site_id", "task") if e.get(k) is not None)
+            console.print(Text(f"{_ts(e['ts'])} {e['level']:<7} {('[' + context + '] ') if context else ''}"
+                               f"{e['message']}", style="red" if e["level"] in ("ERROR", "CRITICAL") else
+                               "yellow" if e["level"] == "WARNING" else ""), overflow="fold")
+
+
+def render_status(runs: list[dict], console: Console | None = None) -> None:
+    console = console or _console()
+    if not runs:
+        console.print("no run is in progress")
+        return
+    for r in runs:
+        live = r.get("live") or {}
+        console.print(Text.assemble(f"run {r['run_id']} ", _status("RUNNING"),
+                                    f" for {duration(r.get('duration'))} on {r.get('host')} pid {r.get('pid')}, "
+                                    f"heartbeat {r.get('heartbeat_age') or 0:.0f} s ago"))
+        if live.get("lanes") is not None:
+            console.print(progress_view(live))
+
+
+def render_details(rows: list[dict], console: Console | None = None) -> None:
+    console = console or _console()
+    t = _compact()
+    for col in ("task", "site", "parent", "attempts", "last error", "since"):
+        t.add_column(col, overflow="fold", no_wrap=col not in ("last error",))
+    for r in rows:
+        t.add_row(r["task_code"], str(r["site_id"]), r["parent_key"], str(r["attempts"]), r.get("last_error") or "",
+                  _ts(r.get("updated_at")))
+    console.print(f"{len(rows)} owed detail(s)")
+    if rows:
+        console.print(t)
+
+
+def _ts(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if value is None else str(value)

@@ -62,12 +62,11 @@ def test_failed_detail_is_recorded_and_fetched_by_the_next_run(sim, pg_dsn):
 
 
 def test_invalid_token_fails_the_run_after_one_request(sim, pg_dsn):
-    from feiqiu_etl.flowcli import build_runner
-    from flowkit import options
+    from flowkit import options, run_opts
 
     opts = options(sim)
     opts.token = "fq_wrong"
-    result = build_runner(opts, pg_dsn, CancellationToken()).run()
+    result = run_opts(opts, pg_dsn)
     assert result.status == "FAILED"
     assert len(sim.request_log()) == 1
     assert len(result.skipped) == len(CONNECTOR.tasks) - 1
@@ -78,17 +77,19 @@ def test_unauthorised_store_fails_only_that_store(pg_dsn):
     allowed, other = 8640015201004417, 8640015201009999
     cfg = sim_config(site_ids=(allowed, other), tokens={"fq_one_store": (allowed,)})
     with Simulator(cfg) as s:
-        from feiqiu_etl.flowcli import build_runner
-        from flowkit import options
+        from flowkit import options, run_opts
 
         opts = options(s, tasks=["ODS_PAYMENT", "ODS_REFUND"])
         opts.token, opts.site_ids = "fq_one_store", [allowed, other]
-        result = build_runner(opts, pg_dsn, CancellationToken()).run()
+        result = run_opts(opts, pg_dsn)
     statuses = {(t.site_id, t.task_code): t.result.status for t in result.tasks}
     assert statuses[(allowed, "ODS_PAYMENT")] == statuses[(allowed, "ODS_REFUND")] == "SUCCESS"
     assert statuses[(other, "ODS_PAYMENT")] == "FAILED"
     assert [s["task"] for s in result.skipped] == ["ODS_REFUND"]
-    assert result.status == "FAILED"
+    stores = {s.site_id: s for s in result.lanes[0].stores}
+    assert stores[other].status == "FAILED" and "40103" in stores[other].reason
+    assert stores[allowed].status == "SUCCESS"
+    assert result.status == "PARTIAL"  # the refused store fails alone
 
 
 @pytest.mark.parametrize("args,message", [
@@ -142,11 +143,10 @@ def test_timeouts_never_make_two_requests_overlap_at_the_server(sim, pg_dsn):
 
 
 def test_unreachable_api_is_failed_not_partial(pg_dsn):
-    from feiqiu_etl.flowcli import build_runner
-    from flowkit import options
+    from flowkit import options, run_opts
 
     with Simulator(sim_config(seed=5)) as sim:
         opts = options(sim, tasks=["ODS_PAYMENT", "ODS_REFUND"], overrides={"api.retry_attempts": 1})
     opts.api_base = "http://127.0.0.1:9"  # nothing listens there
-    result = build_runner(opts, pg_dsn, CancellationToken()).run()
+    result = run_opts(opts, pg_dsn)
     assert result.status == "FAILED"

@@ -69,7 +69,7 @@ def test_cli_dwd_only_with_selected_tables_sends_no_request(pg_dsn):
         sim.clear_log()
         env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token}
         base = [sys.executable, "-m", "feiqiu_etl", "run", "--api-base", sim.base_url, "--site-id",
-                str(sim.config.site_ids[0]), "--dsn", pg_dsn, "--json"]
+                str(sim.config.site_ids[0]), "--dsn", pg_dsn, "--json", "--unsafe-gaps"]
         bare = [sys.executable, "-m", "feiqiu_etl", "run", "--dsn", pg_dsn, "--json"]  # no API settings needed
         proc = subprocess.run([*bare, "--dwd-only", "--dwd-tables", "dim_member,dwd_payment"],
                               capture_output=True, text=True, env=dict(os.environ), timeout=120)
@@ -82,44 +82,26 @@ def test_cli_dwd_only_with_selected_tables_sends_no_request(pg_dsn):
         assert bad.returncode == 2 and "dim_nope" in bad.stderr and sim.request_log() == []
 
 
-def test_sql_command_reads_but_never_writes(pg_dsn):
-    with Simulator(sim_config(seed=9)) as sim:
-        assert run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"]).status == "SUCCESS"
-        members = len(sim.dataset.records("ODS_MEMBER", sim.config.site_ids[0]))
-    base = [sys.executable, "-m", "feiqiu_etl", "sql", "--dsn", pg_dsn]
-    ok = subprocess.run([*base, "--json", "SELECT count(*) AS n FROM ods.member"], capture_output=True, text=True,
-                        timeout=60)
-    assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": members}]
-    denied = subprocess.run([*base, "DELETE FROM ods.member"], capture_output=True, text=True, timeout=60)
-    assert denied.returncode == 2 and "read-only" in denied.stderr
-    for sneaky in ("COMMIT; DELETE FROM ods.member", "SET TRANSACTION READ WRITE; DELETE FROM ods.member",
-                   "ROLLBACK; DELETE FROM ods.member RETURNING 1", "SELECT 1; SELECT 2"):
-        proc = subprocess.run([*base, sneaky], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and "multiple commands" in proc.stderr, sneaky
-    still = subprocess.run([*base, "--json", "SELECT count(*) AS n FROM ods.member WHERE member_id::text LIKE '%'"],
-                           capture_output=True, text=True, timeout=60)
-    assert json.loads(still.stdout) == [{"n": members}]
-
-
 def test_cancel_during_dwd_stops_starting_tables(pg_dsn):
     import threading
 
-    from feiqiu_etl.flowcli import build_runner
+    from unittest import mock
+
     from feiqiu_etl.pipeline import CancellationToken
-    from flowkit import options
+    from feiqiu_etl.runner import FlowRunner
+    from flowkit import options, run_opts
 
     with Simulator(sim_config(seed=10)) as sim:
         token = CancellationToken()
-        runner = build_runner(options(sim, tasks=["ODS_MEMBER"], load_dwd=True, overrides={"dwd.parallel_workers": 1}),
-                              pg_dsn, token)
-        original = runner._run_dwd
+        original = FlowRunner._run_dwd
 
-        def cancel_then_load():
+        def cancel_then_load(self):
             threading.Timer(0, token.cancel).run()  # the signal arrives as DWD starts
-            return original()
+            return original(self)
 
-        runner._run_dwd = cancel_then_load
-        result = runner.run()
+        with mock.patch.object(FlowRunner, "_run_dwd", cancel_then_load):
+            result = run_opts(options(sim, tasks=["ODS_MEMBER"], load_dwd=True,
+                                      overrides={"dwd.parallel_workers": 1}), pg_dsn, token)
     assert result.status == "CANCELLED"
     assert result.dwd["status"] == "CANCELLED"
     assert all(t["error"] == "cancelled before start" for t in result.dwd["tables"])

@@ -37,8 +37,9 @@ from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.serial_reference import SerialReference
 from feiqiu_etl.tasks.ods import task as task_module
 from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
-from feiqiu_etl.tasks.ods.task import BaseOdsTask, WindowSettings
-from feiqiu_etl.connector.windows import Window, fmt
+from feiqiu_etl.tasks.ods.task import BaseOdsTask
+from feiqiu_etl.connector.windows import Window, fmt, split
+from feiqiu_etl.plan.model import TaskPlan
 
 pytestmark = pytest.mark.integration
 
@@ -152,12 +153,12 @@ def run_task(dsn: str, case: Case, recs, detail_version: int, engine, config: Pi
     api = FakeFeiqiu(spec, recs, detail_version, case.failing)
     window = Window(DAY0, DAY0 + timedelta(days=case.days))
     with mock.patch.object(task_module, "UnifiedPipeline", engine):
+        windows = tuple(split(window, timedelta(days=1))) if spec.kind == "windowed" else ()
         task = BaseOdsTask(
-            spec, transport=api.transport, lane=RequestScheduler(FakeClock()), dsn=dsn, config=config,
-            run_id=run_id, cancel_token=CancellationToken(), logger=QUIET,
-            windows=WindowSettings(explicit=window, segment=timedelta(days=1)),
+            TaskPlan(spec, SITE, config, windows), transport=api.transport, lane=RequestScheduler(FakeClock()),
+            dsn=dsn, run_id=run_id, cancel_token=CancellationToken(), logger=QUIET,
         )
-        return task.execute(SITE)
+        return task.execute()
 
 
 def state(dsn: str, spec: OdsTaskSpec) -> dict:

@@ -11,9 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from feiqiu_etl.cli import main
-from feiqiu_etl.flowcli import FlowOptions, build_runner
-from feiqiu_etl.pipeline import CancellationToken
-from flowkit import ods_rows
+from feiqiu_etl.plan import RunOptions
+from flowkit import ods_rows, run_opts
 
 TOKEN = "other-api-token"
 SHOP = 42
@@ -107,10 +106,10 @@ def test_yaml_only_connector_runs_end_to_end(server, pg_dsn, tmp_path):
     assert listing.exit_code == 0
     assert [t["task"] for t in json.loads(listing.output)["tasks"]] == ["OTHER_CATALOG", "OTHER_EVENTS"]
 
-    opts = FlowOptions(api_base=server, token=TOKEN, site_ids=[SHOP], connector_path=str(path),
-                       overrides={"pipeline.rate_min": 0, "pipeline.rate_max": 0.001, "pipeline.batch_timeout": 0.1},
-                       window_start="2024-05-01 00:00:00", window_end="2024-05-04 00:00:00", load_dwd=False, environ={})
-    result = build_runner(opts, pg_dsn, CancellationToken()).run()
+    opts = RunOptions(api_base=server, token=TOKEN, site_ids=[SHOP], connector_path=str(path),
+                      overrides={"pipeline.rate_min": 0, "pipeline.rate_max": 0.001, "pipeline.batch_timeout": 0.1},
+                      window_start="2024-05-01 00:00:00", window_end="2024-05-04 00:00:00", load_dwd=False, environ={})
+    result = run_opts(opts, pg_dsn)
     assert result.status == "SUCCESS", result.to_dict()
     assert ods_rows(pg_dsn, "ods.other_catalog") == {(SHOP, c["sku"]): c for c in CATALOG}
     assert ods_rows(pg_dsn, "ods.other_events") == {(SHOP, e["eventId"]): e for e in EVENTS}

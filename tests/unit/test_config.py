@@ -130,19 +130,16 @@ def test_unknown_variables_from_dotenv_are_errors_but_other_software_s_are_ignor
 
 def test_connector_timeout_is_the_default_of_api_timeout(tmp_path):
     from feiqiu_etl.connector.model import default_connector_path
-    from feiqiu_etl.flowcli import FlowOptions, build_runner
-    from feiqiu_etl.pipeline import CancellationToken
+    from feiqiu_etl.plan import RunOptions, prepare
 
     text = default_connector_path().read_text(encoding="utf-8").replace("timeout_seconds: 30", "timeout_seconds: 12")
     path = tmp_path / "c.yaml"
     path.write_text(text.replace("dwd_mapping: feiqiu.dwd.yaml\n", ""), encoding="utf-8")
 
     def client_timeout(overrides):
-        opts = FlowOptions(api_base="http://127.0.0.1:9", token="t", site_ids=[1], connector_path=str(path),
-                           overrides=overrides, load_dwd=False, environ={})
-        runner = build_runner(opts, "postgresql://unused/db", CancellationToken())
-        runner.client.close()
-        return runner.client._timeout
+        opts = RunOptions(api_base="http://127.0.0.1:9", token="t", site_ids=[1], connector_path=str(path),
+                          overrides=overrides, load_dwd=False, environ={})
+        return prepare(opts).api_timeout
 
     assert client_timeout({}) == 12.0
     assert client_timeout({"api.timeout": "7"}) == 7.0

@@ -73,6 +73,7 @@ class APIClient:
         token: str,
         *,
         timeout: float = 30.0,
+        connect_timeout: float | None = None,
         retry: RetryPolicy = RetryPolicy(),
         rules: EnvelopeRules = EnvelopeRules(),
         rng: random.Random | None = None,
@@ -85,7 +86,7 @@ class APIClient:
         self._rng = rng or random.Random()
         self._http = httpx.Client(
             base_url=self._base,
-            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+            timeout=httpx.Timeout(timeout, connect=min(connect_timeout or 10.0, timeout)),
             headers={"Content-Type": "application/json; charset=utf-8"},
             transport=transport,
             follow_redirects=False,
@@ -142,6 +143,8 @@ class APIClient:
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         try:
             resp = self._http.post(endpoint, content=content, headers={"Authorization": f"Bearer {self.__token}"})
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never reached a server: nothing to hold
+            raise TransportFailure(f"cannot connect: {_reason(exc)}", endpoint=endpoint, unreachable=True) from None
         except httpx.TimeoutException as exc:
             # The server may still be working on it (pages can take up to 10 s, upstream-api.md §2.3):
             # keep the lane closed for twice the timeout so that no next request, retry or not,
@@ -167,6 +170,8 @@ class APIClient:
             envelope = jsonfast.loads(resp.content)  # exact: orjson, stdlib where orjson refuses
         except ValueError:
             raise MalformedResponse("body is not JSON", endpoint=endpoint, http_status=status) from None
+        except RecursionError:  # e.g. 100,000 nested arrays: Python's parser gives up; retried like any bad body
+            raise MalformedResponse("body is nested too deeply", endpoint=endpoint, http_status=status) from None
         r = self._rules
         if not isinstance(envelope, dict) or type(envelope.get(r.code_field)) is not int:  # bool is no code
             raise MalformedResponse("body is not an envelope", endpoint=endpoint, http_status=status)
@@ -192,6 +197,12 @@ class APIClient:
         if code in r.not_found:
             return NotFoundError(text, endpoint=endpoint, code=code)
         return BusinessError(text, endpoint=endpoint, code=code)
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason for a transport error, never the URL with credentials or the request body."""
+    text = " ".join(str(exc).split())
+    return f"{exc.__class__.__name__}: {text[:160]}" if text else exc.__class__.__name__
 
 
 MAX_HINT = 3600.0

@@ -4,7 +4,7 @@ Messages never contain the bearer token."""
 
 from __future__ import annotations
 
-from feiqiu_etl.pipeline.errors import AbortPipeline
+from feiqiu_etl.pipeline.errors import AbortPipeline, LaneBackoff
 
 
 class ApiError(Exception):
@@ -34,7 +34,10 @@ class BusinessError(ApiError):
 
 
 class NotFoundError(BusinessError):
-    """40401: detail of an unknown or deleted id — skip the record (a detail failure)."""
+    """40401: detail of an unknown or deleted id — skip the record (a detail failure, no retry). A definitive
+    answer, not a sign of trouble: it does not count towards ``max_consecutive_failures``."""
+
+    counts_as_failure = False
 
 
 class AuthError(BusinessError, AbortPipeline):
@@ -50,9 +53,23 @@ class ConfigurationError(ApiError, AbortPipeline):
 
 
 class RateLimitedError(ApiError):
-    """42901/42902 (risk control) or HTTP 429 (gateway throttling): wait at least ``retry_after``."""
+    """42901/42902 (risk control) or HTTP 429 (gateway throttling): wait at least ``retry_after``.
+
+    ``lane_backoff`` tells the lane what the upstream demanded (upstream-api.md §2.2): a 42901 means the
+    request came too early or overlapped ("throttled": the lane raises the floor of its gap class), a
+    42902 that the token is banned ("banned"), a 429 that the gateway throttles ("hold"). The wait binds
+    the whole lane, whatever request comes next.
+    """
 
     retryable = True
+
+    @property
+    def lane_backoff(self) -> LaneBackoff | None:
+        if not self.retry_after:
+            return None
+        kind = {42901: "throttled", 42902: "banned"}.get(self.code or 0, "hold")
+        detail = f"code {self.code}" if self.code is not None else f"HTTP {self.http_status}"
+        return LaneBackoff(self.retry_after, kind, detail)  # type: ignore[arg-type]
 
 
 class ServerError(ApiError):
@@ -63,13 +80,16 @@ class ServerError(ApiError):
 
 class TransportFailure(ApiError):
     """Connection error or timeout (no complete response). ``hold_lane_seconds`` > 0 asks the lane to
-    send nothing for that long (after a timeout the server may still be processing the request)."""
+    send nothing for that long (after a timeout the server may still be processing the request).
+    ``transport_failure`` is True when the request never reached a server (refused, DNS, connect
+    timeout): the lane's circuit breaker counts those."""
 
     retryable = True
 
-    def __init__(self, message: str, *, hold_lane_seconds: float = 0.0, **kw):
+    def __init__(self, message: str, *, hold_lane_seconds: float = 0.0, unreachable: bool = False, **kw):
         super().__init__(message, **kw)
         self.hold_lane_seconds = hold_lane_seconds
+        self.transport_failure = unreachable
 
 
 class MalformedResponse(ApiError):

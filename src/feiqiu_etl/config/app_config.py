@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, MutableMapping
 
 from feiqiu_etl.pipeline.config import PipelineConfig
 
-NAMESPACES = ("pipeline", "dwd", "window", "api")
+NAMESPACES = ("pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress")
 GLOBAL_KEYS: dict[str, str] = {
     **{f"pipeline.{k}": f"PipelineConfig.{k}" for k in PipelineConfig.keys()},
     "dwd.parallel_workers": "DWD tables merged in parallel (default 4)",
@@ -31,6 +31,18 @@ GLOBAL_KEYS: dict[str, str] = {
     "api.timeout": "HTTP timeout per request in seconds (default: the connector's timeout_seconds, 30)",
     "api.retry_attempts": "attempts per request including the first (default 3)",
     "api.retry_backoff": "first retry backoff in seconds, doubled each attempt (default 1)",
+    "api.connect_timeout": "HTTP connect timeout in seconds (default 10, at most api.timeout)",
+    "lane.max_transport_failures": "abort a lane after this many requests in a row reached no server (default 5)",
+    "lane.max_active_stores": "stores of one lane that take turns on it at once (default 8)",
+    "detail.max_attempts": "runs that may fail on an owed detail before it is given up (default 5)",
+    "detail.recheck_share": "share of a lane's requests spent re-fetching the details checked longest ago, so a "
+                            "corrupted detail is repaired within a bounded number of runs (default 0.02; 0 = off)",
+    "db.connect_timeout": "PostgreSQL connect timeout in seconds (default 10)",
+    "db.unavailable_limit": "seconds the database may stay unreachable during a run before it fails (default 60)",
+    "run.heartbeat_seconds": "how often a run publishes its status and heartbeat, s (default 1)",
+    "run.stale_after": "a RUNNING run whose heartbeat is older than this (s) and whose process is gone is "
+                       "INTERRUPTED (default 30)",
+    "progress.heartbeat_seconds": "without a terminal, print a progress line this often, s (default 30; 0 = never)",
 }
 DEFAULTS: dict[str, Any] = {
     "dwd.parallel_workers": 4,
@@ -39,7 +51,19 @@ DEFAULTS: dict[str, Any] = {
     "window.segment_days": 7.0,
     "api.retry_attempts": 3,
     "api.retry_backoff": 1.0,
+    "api.connect_timeout": 10.0,
+    "lane.max_transport_failures": 5,
+    "lane.max_active_stores": 8,
+    "detail.max_attempts": 5,
+    "detail.recheck_share": 0.02,
+    "db.connect_timeout": 10.0,
+    "db.unavailable_limit": 60.0,
+    "run.heartbeat_seconds": 1.0,
+    "run.stale_after": 30.0,
+    "progress.heartbeat_seconds": 30.0,
 }
+SOURCES = ("default", "connector", ".env", "environment", "--set", "flag", "fleet")
+"""Where a setting came from, lowest precedence first (``config show`` prints it)."""
 
 
 class ConfigError(ValueError):
@@ -52,6 +76,7 @@ class AppConfig:
     def __init__(self, values: Mapping[str, Any] | None = None, *, task_codes: Iterable[str] = ()):
         self._task_codes = {c.lower() for c in task_codes}
         self._values: dict[str, Any] = {}
+        self._sources: dict[str, str] = {}
         for key, value in (values or {}).items():
             self.set(key, value)
 
@@ -63,6 +88,7 @@ class AppConfig:
         overrides: Mapping[str, Any] | None = None,
         environ: Mapping[str, str] | None = None,
         strict_names: Iterable[str] = (),
+        override_sources: Mapping[str, str] | None = None,
     ) -> "AppConfig":
         """Defaults, then ``environ`` (default: ``os.environ``; the CLI loads ``.env`` into it first with
         :func:`load_env_file`), then ``overrides``. A variable named in ``strict_names`` (those that came
@@ -78,18 +104,41 @@ class AppConfig:
                 continue
             if cfg._known(key):
                 cfg._values[key] = value
+                cfg._sources[key] = ".env" if name in strict else "environment"
             elif name in strict and not name.upper().startswith("API_"):  # API_* is too generic to claim
                 raise ConfigError(f"unknown setting {name} in .env: no key {key!r}")
+        sources = override_sources or {}
         for key, value in (overrides or {}).items():
-            cfg.set(key, value)
+            cfg.set(key, value, source=sources.get(key, "--set"))
         return cfg
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: Any, *, source: str = "--set") -> None:
         key = key.strip().lower()
         if not self._known(key):
             raise ConfigError(f"unknown configuration key {key!r} (known: {', '.join(sorted(GLOBAL_KEYS))}, "
                               "or pipeline.<task_code>.<key>)")
         self._values[key] = value
+        self._sources[key] = source
+
+    def layered(self, overrides: Mapping[str, Any], source: str) -> "AppConfig":
+        """A copy with ``overrides`` on top (e.g. a fleet lane's pipeline settings); raises
+        :class:`ConfigError` for an unknown key."""
+        copy = AppConfig(task_codes=self._task_codes)
+        copy._values = dict(self._values)
+        copy._sources = dict(self._sources)
+        for key, value in overrides.items():
+            copy.set(key, value, source=source)
+        return copy
+
+    def source(self, key: str) -> str:
+        """Where the effective value of ``key`` came from: ``default``, ``.env``, ``environment``, ``--set``,
+        ``flag`` or a fleet lane (``fleet lane NAME``)."""
+        key = key.lower()
+        return self._sources.get(key, "default")
+
+    def explicit(self, key: str) -> bool:
+        """True when ``key`` was set by a layer (not the built-in default)."""
+        return key.lower() in self._values
 
     def get(self, key: str, default: Any = None) -> Any:
         key = key.lower()
@@ -180,6 +229,28 @@ def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] |
     if problems:
         raise ConfigError(f"{p}: {problems[0].rstrip('.')}")
     for name, value in values.items():
+        _check_env_entry(p, name, value)
+    for name, value in values.items():
         if value is not None and name not in target:
             target[name] = value
     return set(values)
+
+
+#: Longest value a ``.env`` line may set, characters. Real settings are short; a child process cannot even
+#: receive a variable above 128 KiB (Linux MAX_ARG_STRLEN), so a huge value is a mistake in the file.
+MAX_ENV_VALUE = 32 * 1024
+
+
+def _check_env_entry(path: Path, name: str, value: str | None) -> None:
+    """Raise :class:`ConfigError` (naming the file and the variable, never the value) for a name or value
+    the environment cannot hold: a NUL byte, ``=`` or an empty name, or a value above :data:`MAX_ENV_VALUE`."""
+    shown = name.replace("\0", "\\0")[:80]
+    if not name or "\0" in name or "=" in name:
+        raise ConfigError(f"{path}: '{shown}' is not a valid variable name")
+    if value is None:
+        return
+    if "\0" in value:
+        raise ConfigError(f"{path}: the value of {shown} holds a NUL byte")
+    if len(value) > MAX_ENV_VALUE:
+        raise ConfigError(f"{path}: the value of {shown} is {len(value):,} characters long; at most "
+                          f"{MAX_ENV_VALUE:,} are allowed")

@@ -77,6 +77,13 @@ class ErrorsModel(_Strict):
     not_found: list[int] = [40401]
 
 
+class GapClassModel(_Strict):
+    """An endpoint class of the upstream's risk control (upstream-api.md §2.2 rule 2)."""
+
+    min_gap: float = Field(ge=0, le=3600, description="documented minimum gap after the previous response, s")
+    description: str = ""
+
+
 class ApiModel(_Strict):
     auth: Literal["bearer"] = "bearer"
     site_param: str = "siteId"
@@ -85,6 +92,15 @@ class ApiModel(_Strict):
     window: WindowModel = WindowModel()
     errors: ErrorsModel = ErrorsModel()
     timeout_seconds: float = Field(30.0, gt=0, le=600)  # default of the api.timeout setting
+    gap_classes: dict[str, GapClassModel] = {"standard": GapClassModel(min_gap=0.0)}
+    default_gap_class: str = "standard"
+
+    @model_validator(mode="after")
+    def _gap_default(self) -> "ApiModel":
+        if self.default_gap_class not in self.gap_classes:
+            raise ValueError(f"default_gap_class {self.default_gap_class!r} is not one of gap_classes "
+                             f"{sorted(self.gap_classes)}")
+        return self
 
 
 class DetailModel(_Strict):
@@ -155,6 +171,7 @@ class TaskModel(_Strict):
     page_size: int = Field(200, ge=1)
     pipeline: dict[str, float | int] = {}
     detail: DetailModel | None = None
+    gap_class: str | None = None
     description: str = ""
 
     @field_validator("code")
@@ -203,6 +220,9 @@ class ConnectorModel(_Strict):
     @model_validator(mode="after")
     def _unique(self) -> "ConnectorModel":
         for t in self.tasks:
+            if t.gap_class is not None and t.gap_class not in self.api.gap_classes:
+                raise ValueError(f"task {t.code}: gap_class {t.gap_class!r} is not one of api.gap_classes "
+                                 f"{sorted(self.api.gap_classes)}")
             if t.page_size > self.api.pagination.max_limit:
                 raise ValueError(f"task {t.code}: page_size {t.page_size} exceeds api.pagination.max_limit "
                                  f"{self.api.pagination.max_limit}")
@@ -255,12 +275,16 @@ class Connector:
         self.model = model
         self.source = source
         self.api = model.api
-        self.tasks: tuple[OdsTaskSpec, ...] = tuple(_to_spec(t) for t in model.tasks)
+        self.tasks: tuple[OdsTaskSpec, ...] = tuple(_to_spec(t, model.api.default_gap_class) for t in model.tasks)
         self._by_code = {t.code: t for t in self.tasks}
 
     @property
     def name(self) -> str:
         return self.model.name
+
+    def min_gap(self, gap_class: str) -> float:
+        """The upstream's documented minimum gap (s) for ``gap_class`` (upstream-api.md §2.2)."""
+        return self.api.gap_classes[gap_class].min_gap
 
     def task(self, code: str) -> OdsTaskSpec:
         try:
@@ -280,7 +304,7 @@ class Connector:
         return base / self.model.dwd_mapping
 
 
-def _to_spec(t: TaskModel) -> OdsTaskSpec:
+def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
     detail = None
     if t.detail:
         d = t.detail
@@ -309,6 +333,7 @@ def _to_spec(t: TaskModel) -> OdsTaskSpec:
         page_size=t.page_size,
         pipeline=dict(t.pipeline),
         detail=detail,
+        gap_class=t.gap_class or default_gap_class,
         description=t.description,
     )
 

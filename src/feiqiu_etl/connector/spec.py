@@ -80,7 +80,9 @@ class OdsTaskSpec:
     """One ODS task: list endpoint → ODS table (spec §3.5–§3.6, warehouse-model §2).
 
     ``table`` is schema-qualified (``"ods.settlement"``). ``pipeline`` holds task-level defaults for
-    ``PipelineConfig`` keys (e.g. ``{"rate_min": 8.0}`` for the group-buy gap class, upstream-api §2.2).
+    ``PipelineConfig`` keys (e.g. ``{"rate_min": 8.5}`` for the group-buy gap class, upstream-api §2.2).
+    ``gap_class`` is the upstream's risk-control class of the list and detail endpoints (the lane keeps
+    a floor per class; the connector documents each class's minimum gap).
     """
 
     code: str
@@ -95,6 +97,7 @@ class OdsTaskSpec:
     page_size: int = 200
     pipeline: Mapping[str, Any] = field(default_factory=dict)
     detail: DetailSpec | None = None
+    gap_class: str = "standard"
     description: str = ""
 
     def __post_init__(self) -> None:

@@ -56,14 +56,102 @@ CREATE TABLE IF NOT EXISTS etl_meta.detail_pending (
 );
 """
 
+_RUN_DDL = """
+ALTER TABLE etl_meta.run
+    ADD COLUMN IF NOT EXISTS command text,
+    ADD COLUMN IF NOT EXISTS args jsonb,
+    ADD COLUMN IF NOT EXISTS config jsonb,
+    ADD COLUMN IF NOT EXISTS host text,
+    ADD COLUMN IF NOT EXISTS pid integer,
+    ADD COLUMN IF NOT EXISTS process_started double precision,
+    ADD COLUMN IF NOT EXISTS version text,
+    ADD COLUMN IF NOT EXISTS heartbeat_at timestamptz,
+    ADD COLUMN IF NOT EXISTS exit_code integer,
+    ADD COLUMN IF NOT EXISTS error text,
+    ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz,
+    ADD COLUMN IF NOT EXISTS cancel_requested_by text,
+    ADD COLUMN IF NOT EXISTS live jsonb,
+    ADD COLUMN IF NOT EXISTS lanes text[],
+    ADD COLUMN IF NOT EXISTS stores bigint[],
+    ADD COLUMN IF NOT EXISTS tasks text[],
+    ADD COLUMN IF NOT EXISTS rows_written bigint,
+    ADD COLUMN IF NOT EXISTS requests integer,
+    ADD COLUMN IF NOT EXISTS rejections integer,
+    ADD COLUMN IF NOT EXISTS errors integer;
+"""
+_RUN_TABLES = """
+CREATE INDEX IF NOT EXISTS run_started_idx ON etl_meta.run (started_at DESC);
+CREATE INDEX IF NOT EXISTS run_running_idx ON etl_meta.run (status) WHERE status = 'RUNNING';
+CREATE TABLE IF NOT EXISTS etl_meta.run_log (
+    run_id   text NOT NULL,
+    seq      bigint GENERATED ALWAYS AS IDENTITY,
+    ts       timestamptz NOT NULL,
+    level    text NOT NULL,
+    lane     text,
+    site_id  bigint,
+    task     text,
+    message  text NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS etl_meta.run_request (
+    run_id     text NOT NULL,
+    lane       text NOT NULL,
+    seq        integer NOT NULL,
+    site_id    bigint,
+    task       text,
+    request    text,
+    gap_class  text,
+    started_at timestamptz NOT NULL,
+    seconds    double precision NOT NULL,
+    gap        double precision,
+    wait_reason text,
+    outcome    text NOT NULL,
+    detail     text,
+    PRIMARY KEY (run_id, lane, seq)
+);
+CREATE TABLE IF NOT EXISTS etl_meta.detail_checked (
+    connector   text NOT NULL,
+    task_code   text NOT NULL,
+    site_id     bigint NOT NULL,
+    parent_key  text NOT NULL,
+    checked_at  timestamptz NOT NULL,
+    run_id      text NOT NULL,
+    PRIMARY KEY (connector, task_code, site_id, parent_key)
+);
+CREATE INDEX IF NOT EXISTS detail_checked_oldest ON etl_meta.detail_checked (connector, task_code, site_id, checked_at);
+CREATE TABLE IF NOT EXISTS etl_meta.snapshot_done (
+    connector    text NOT NULL,
+    task_code    text NOT NULL,
+    site_id      bigint NOT NULL,
+    completed_at timestamptz NOT NULL,
+    run_id       text NOT NULL,
+    PRIMARY KEY (connector, task_code, site_id)
+);
+CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
+    lane_key    text PRIMARY KEY,
+    run_id      text NOT NULL,
+    lane        text,
+    host        text,
+    pid         integer,
+    acquired_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
 
 def ensure_schemas(conn: psycopg.Connection) -> None:
-    """CREATE SCHEMA IF NOT EXISTS for ods, dwd, etl_meta plus the etl_meta tables. Commits."""
+    """CREATE SCHEMA IF NOT EXISTS for ods, dwd, etl_meta plus the etl_meta tables (migrating older ones in
+    place: new columns are added, nothing is dropped). Commits."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('feiqiu_etl.ddl'))")
         for schema in SCHEMAS:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(_META_DDL)
+        migrated = conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'etl_meta' AND table_name = 'run' "
+            "AND column_name = 'errors'").fetchone()
+        if not migrated:  # ALTER TABLE locks the table: only when a column is missing
+            conn.execute(_RUN_DDL)
+        conn.execute(_RUN_TABLES)
 
 
 def ensure_ods_tables(conn: psycopg.Connection, specs: Iterable[OdsTaskSpec]) -> None:

@@ -1,17 +1,18 @@
 """Per-task log buffering (spec §3.8, §4.5, Property 15).
 
 Tasks of a flow run concurrently, so their log lines would interleave. A :class:`TaskLogBuffer` collects
-one task's entries (from any thread) and, at the end of the task, ``flush()`` writes them to the parent
-logger in one block, in timestamp order, each prefixed ``[TASK_CODE]``. It never writes anything before
-``flush()`` and never mixes tasks: each buffer only holds what was logged into it.
+one task's entries (from any thread) and, at the end of the task, ``flush()`` returns them in one block, in
+timestamp order — and, unless ``emit=False``, writes them to the parent logger, each prefixed
+``[TASK_CODE]``. It never writes anything before ``flush()`` and never mixes tasks: each buffer only holds
+what was logged into it.
 
-Usage (the TaskExecutor)::
+Usage (the TaskExecutor, which also lets each line reach stderr the moment it is logged and stores the
+block with the run)::
 
     buffer = TaskLogBuffer(code, parent_logger)
     task_logger.addHandler(buffer.handler())
-    task_logger.propagate = False      # otherwise every line also reaches the parent at once
-    ...                                # run the task
-    buffer.flush()
+    ...                                # run the task; lines propagate to stderr as they happen
+    block = buffer.flush(emit=False)   # the task's ordered block, stored with the run
 
 The time source is injectable (``now=``) so tests can produce out-of-order timestamps deterministically.
 """
@@ -84,9 +85,10 @@ class TaskLogBuffer:
             self._buffer.append(entry)
             return entry
 
-    def flush(self) -> list[LogEntry]:
-        """Write every buffered entry to the parent logger, oldest first (ties keep logging order), as
-        ``"[TASK_CODE] message"``, in one contiguous block; empty the buffer and return the entries written.
+    def flush(self, *, emit: bool = True) -> list[LogEntry]:
+        """Write every buffered entry to the parent logger (unless ``emit`` is False), oldest first (ties keep
+        logging order), as ``"[TASK_CODE] message"``, in one contiguous block; empty the buffer and return
+        the entries.
 
         Entries logged while a flush is writing go to the next flush. Records that the parent logger's
         own handlers route back into this buffer during the flush are ignored (no loop, no deadlock).
@@ -94,6 +96,8 @@ class TaskLogBuffer:
         with self._lock:
             entries = sorted(self._buffer, key=lambda e: e.timestamp)
             self._buffer.clear()
+        if not emit:
+            return entries
         with _OUTPUT_LOCK:
             self._flushing.active = True
             try:

@@ -11,7 +11,8 @@ class PipelineRequest:
     """One request for the lane (spec §4.2).
 
     ``scope`` groups requests whose completion is tracked together (e.g. one window segment);
-    ``context`` carries caller data (the parent record of a detail request, the page number, …).
+    ``context`` carries caller data (the parent record of a detail request, the page number, …);
+    ``gap_class`` names the upstream's spacing class of the endpoint (the lane keeps a floor per class).
     """
 
     endpoint: str
@@ -24,6 +25,14 @@ class PipelineRequest:
     detail_id: Any = None
     scope: Hashable | None = None
     context: dict = field(default_factory=dict)
+    gap_class: str | None = None
+
+    def label(self, page_param: str = "page") -> str:
+        """Short text for progress and logs: the endpoint plus the page or the detail id."""
+        if self.is_detail:
+            return f"{self.endpoint} id {self.detail_id}"
+        page = (self.params or {}).get(page_param)
+        return f"{self.endpoint} page {page}" if page is not None else self.endpoint
 
 
 @dataclass
@@ -72,7 +81,13 @@ class WriteResult:
 @dataclass
 class PipelineResult:
     """Execution statistics (spec §4.3). Invariant (Property 14): ``request_failures +
-    processing_failures + write_failures == len(errors)``."""
+    processing_failures + write_failures == len(errors)``.
+
+    Beyond §4.3: ``attempts`` counts every request actually sent, retries included (``total_requests``
+    counts logical requests); ``rate_limited`` counts answers that demanded a wait (HTTP 429, risk control)
+    and ``banned_seconds`` the seconds the upstream blocked the account; ``detail_fetched`` is the part of
+    ``total_fetched`` that came from detail responses.
+    """
 
     status: str = "SUCCESS"
     total_requests: int = 0
@@ -91,6 +106,10 @@ class PipelineResult:
     detail_success: int = 0
     detail_failure: int = 0
     detail_skipped: int = 0
+    attempts: int = 0
+    rate_limited: int = 0
+    banned_seconds: float = 0.0
+    detail_fetched: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,7 +135,8 @@ class PipelineResult:
         for name in (
             "total_requests", "completed_requests", "total_fetched", "total_inserted", "total_updated",
             "total_skipped", "total_deleted", "request_failures", "processing_failures", "write_failures",
-            "detail_success", "detail_failure", "detail_skipped",
+            "detail_success", "detail_failure", "detail_skipped", "attempts", "rate_limited", "banned_seconds",
+            "detail_fetched",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.extend(other.errors)

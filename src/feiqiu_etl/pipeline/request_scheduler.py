@@ -1,62 +1,196 @@
 """``RequestScheduler``: the one serial request lane of an upstream account (spec §2.2, Property 1).
 
-Every request of every task of a flow goes through ``send()``. The lane guarantees:
+Think of the lane as a single-track road shared by every task (and every store) of one account: one car at
+a time, and a car may only start when the previous one has left and its own spacing has passed. Every
+request of every pipeline using the lane goes through :meth:`RequestScheduler.send`, which guarantees:
 
-* strictly one request at a time (a lock held from the gap wait until the response has fully arrived);
-* the gap before a request is drawn from *that request's* limiter (its task's configuration) and is
-  measured from the end of the previous response, across task boundaries too (ENGINE-NOTES);
-* a retry hint (``min_wait``, e.g. ``Retry-After``) is a minimum: the wait is ``max(gap, min_wait)``;
-* waits are cancellable: on cancel ``send`` raises ``Cancelled`` without sending;
-* a request that failed with an exception carrying ``hold_lane_seconds`` (e.g. a client timeout: the
-  server may still be working on it) keeps the lane closed that long after it ended, for whatever
-  request comes next — a retry or another task's request.
+* **strictly one request at a time** — the lane is held from the gap wait until the response has fully
+  arrived (or the attempt failed);
+* **the gap** before a request is drawn from *that request's* limiter (its task's configuration) and is
+  measured from the end of the previous response, across task and store boundaries (ENGINE-NOTES); an
+  attempt that never reached a server (``transport_failure``) owes no gap, only its retry backoff;
+* **a floor per gap class** (e.g. "standard" and "groupbuy" endpoints, upstream-api.md §2.2): after the
+  upstream said a request came too early (an exception with ``lane_backoff.kind == "throttled"``), every
+  later request of that class waits at least the gap the upstream demanded — for the rest of the lane's
+  life — and the lane says so once per class;
+* **demanded waits bind the lane, not the request**: an exception carrying ``lane_backoff`` (a
+  ``Retry-After``, a risk-control ``retryAfter``, a ban) or ``hold_lane_seconds`` (a timeout: the server
+  may still be working) keeps the lane closed that long after the failed attempt ended, for whatever
+  request comes next — a retry or another task's request;
+* **fair sharing between tenants** (the stores of one account): when several pipelines wait for the lane
+  it is granted round-robin by ``tenant``, so one big store cannot starve the others;
+* **a circuit breaker**: after ``max_transport_failures`` attempts in a row that raised an exception with
+  ``transport_failure = True`` (connection refused, DNS, connect timeout) the lane *trips*: every later
+  ``send`` raises :class:`LaneTripped` at once, so a dead upstream costs seconds, not one retry storm per task;
+* **cancellation at every point**: waiting for the lane or for the gap, and — with ``abortable=True`` —
+  the request in flight itself (its response is abandoned; nothing of it was received, so nothing is lost).
 
-It never retries by itself and knows nothing of HTTP.
+It never retries by itself and knows nothing of HTTP; time comes from the injectable ``Clock``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections import deque
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, Hashable, TypeVar
 
 from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
-from feiqiu_etl.pipeline.errors import Cancelled
+from feiqiu_etl.pipeline.errors import Cancelled, LaneBackoff, LaneTripped
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter
 
 T = TypeVar("T")
 
+WAIT_REASONS = ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane", "paused")
+"""Why the next request is not sent yet: its drawn gap, the class floor, an upstream retry hint, a ban,
+a hold after a timed-out request, another tenant holding the lane, or the lane paused from outside (e.g.
+while the database that stores the rows is away)."""
+
 
 @dataclass(frozen=True)
 class LaneStatistics:
-    """Snapshot of the lane: requests sent, whether one is in flight, and the last gap waited (s)."""
+    """Snapshot of the lane (seconds are seconds; counts are attempts actually sent or answers seen).
 
+    ``current``/``current_tenant`` describe the request in flight or waiting its gap (None when idle);
+    ``next_due_in`` and ``wait_reason`` (one of :data:`WAIT_REASONS`) say when and why it goes out;
+    ``floors`` are the per-class minimum gaps learnt from the upstream; ``busy_seconds`` is the time spent
+    with a request in flight and ``waited_seconds`` the time spent in gaps (their sum per request is what
+    an ETA needs).
+    """
+
+    name: str
     requests_sent: int
     in_flight: bool
+    current: str | None
+    current_tenant: Hashable | None
     last_gap: float
     next_due_in: float
+    wait_reason: str | None
+    waiting_tenants: int
+    throttled: int
+    banned: int
+    banned_seconds: float
+    floors: dict[str, float]
+    consecutive_transport_failures: int
+    tripped: str | None
     cancelled_waits: int
+    aborted_in_flight: int
+    busy_seconds: float
+    waited_seconds: float
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt as the lane saw it (for timelines): monotonic ``started``/``ended`` (s), the wait before it
+    (``gap``, s, None for the first request) and why it waited, and ``outcome``: ``ok``, ``throttled``,
+    ``banned``, ``hold`` (a retry hint), ``timeout``, ``unreachable``, ``aborted`` (cancelled in flight) or
+    ``error``; ``detail`` is the error's one-line text."""
+
+    seq: int
+    started: float
+    ended: float
+    label: str | None
+    tenant: Hashable | None
+    gap_class: str | None
+    gap: float | None
+    wait_reason: str | None
+    outcome: str
+    detail: str | None = None
+
+
+@dataclass
+class _Waiting:
+    tenant: Hashable | None
+    granted: bool = False
+
+
+@dataclass
+class _Due:
+    at: float
+    reason: str
 
 
 class RequestScheduler:
-    """The serial lane. One instance per upstream account per flow (no global state)."""
+    """The serial lane of one upstream account (see the module docstring). No global state.
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK):
+    ``name`` labels statistics and log lines; ``max_transport_failures`` (None = never) arms the circuit
+    breaker; ``logger`` receives the once-per-class floor notices and the trip.
+    """
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, *, name: str = "lane",
+                 max_transport_failures: int | None = None, logger: logging.Logger | None = None,
+                 observer: Callable[[AttemptRecord], None] | None = None):
+        if max_transport_failures is not None and max_transport_failures < 1:
+            raise ValueError(f"max_transport_failures must be >= 1, got {max_transport_failures}")
+        self.name = name
+        self._observer = observer
         self._clock = clock
-        self._lock = threading.Lock()
-        self._state = threading.Lock()
-        self._last_end: float | None = None
+        self._log = logger or logging.getLogger("feiqiu_etl.lane")
+        self._max_transport = max_transport_failures
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[_Waiting] = deque()
+        self._order: deque[Hashable | None] = deque()   # round-robin order of tenants seen
+        self._busy = False
+        self._last_end: float | None = None          # end of the last response received (gaps run from it)
+        self._last_attempt_end: float | None = None  # end of the last attempt, reached a server or not
+        self._hold: _Due | None = None
+        self._floors: dict[str, float] = {}
         self._sent = 0
         self._in_flight = False
+        self._current: str | None = None
+        self._current_tenant: Hashable | None = None
         self._last_gap = 0.0
-        self._due: float | None = None
-        self._hold_until: float | None = None
+        self._due: _Due | None = None
+        self._throttled = 0
+        self._banned = 0
+        self._banned_seconds = 0.0
+        self._transport_streak = 0
+        self._tripped: str | None = None
         self._cancelled_waits = 0
+        self._aborted = 0
+        self._paused: str | None = None
+        self._busy_seconds = 0.0
+        self._waited_seconds = 0.0
 
     @property
     def clock(self) -> Clock:
         return self._clock
 
+    @property
+    def tripped(self) -> str | None:
+        """The reason the circuit breaker tripped, or None."""
+        with self._cond:
+            return self._tripped
+
+    def floor(self, gap_class: str | None) -> float:
+        """The learnt minimum gap (s) of ``gap_class`` (0 when the upstream never complained)."""
+        with self._cond:
+            return self._floors.get(gap_class or "", 0.0)
+
+    def pause(self, reason: str) -> None:
+        """Send nothing until :meth:`resume` (a request already in flight finishes; cancel still works)."""
+        with self._cond:
+            if self._paused is None:
+                self._log.warning("lane %s paused: %s", self.name, reason)
+            self._paused = reason
+
+    def resume(self) -> None:
+        with self._cond:
+            if self._paused is not None:
+                self._log.warning("lane %s resumed", self.name)
+            self._paused = None
+            self._cond.notify_all()
+
+    def trip(self, reason: str) -> None:
+        """Trip the circuit breaker by hand (idempotent; the first reason wins)."""
+        with self._cond:
+            if self._tripped is None:
+                self._tripped = reason
+                self._log.error("lane %s stopped: %s", self.name, reason)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------------------------------- send
     def send(
         self,
         fn: Callable[[], T],
@@ -64,54 +198,281 @@ class RequestScheduler:
         cancel_event: threading.Event | None = None,
         *,
         min_wait: float = 0.0,
+        gap_class: str | None = None,
+        tenant: Hashable | None = None,
+        label: str | None = None,
+        abortable: bool = False,
     ) -> T:
-        """Wait for the gap, then call ``fn()`` (the actual request) and record when it ended.
+        """Wait for the lane and the gap, then call ``fn()`` (the actual request) and record when it ended.
 
-        The gap is ``max(limiter.draw(), min_wait)`` seconds after the previous response ended; the
-        first request of a lane is not delayed unless ``min_wait`` > 0. Raises ``Cancelled`` if the
-        token fires before sending; exceptions from ``fn`` propagate (the end time is still recorded).
+        The gap is ``max(limiter.draw(), floor(gap_class), min_wait)`` seconds after the previous response
+        ended, and never before a hold left by an earlier attempt; the first request of a lane is not
+        delayed unless ``min_wait`` > 0. ``label`` (e.g. ``"/api/x page 3"``) shows in statistics.
+
+        Raises ``Cancelled`` if ``cancel_event`` fires before sending — or, with ``abortable``, while the
+        request is in flight (``fn`` then runs on a helper thread whose result is abandoned) — and
+        :class:`LaneTripped` when the circuit breaker has tripped. Exceptions from ``fn`` propagate after
+        the lane has taken note of their ``lane_backoff``/``hold_lane_seconds``/``transport_failure``.
         """
-        with self._lock:
-            if cancel_event is not None and cancel_event.is_set():
-                raise Cancelled()
-            gap = max(limiter.draw(), min_wait)
-            with self._state:
-                base = self._last_end if self._last_end is not None else None
-                now = self._clock.monotonic()
-                due = (base + gap) if base is not None else (now + min_wait)
-                if self._hold_until is not None:
-                    due = max(due, self._hold_until)
-                self._due = due
-                self._last_gap = gap
-            remaining = due - now
-            if remaining > 0 and self._clock.wait(cancel_event, remaining):
-                with self._state:
-                    self._cancelled_waits += 1
-                    self._due = None
-                raise Cancelled()
-            if cancel_event is not None and cancel_event.is_set():
-                raise Cancelled()
-            with self._state:
-                self._in_flight = True
-                self._due = None
-                self._sent += 1
-            hold = 0.0
-            try:
-                return fn()
-            except BaseException as exc:
-                hold = float(getattr(exc, "hold_lane_seconds", 0.0) or 0.0)
-                raise
-            finally:
-                with self._state:
-                    self._last_end = self._clock.monotonic()
-                    self._hold_until = self._last_end + hold if hold > 0 else None
-                    self._in_flight = False
+        ticket = self._acquire(tenant, cancel_event)
+        try:
+            reason = self._wait_gap(limiter, cancel_event, min_wait, gap_class, tenant, label)
+            return self._call(fn, cancel_event, gap_class, abortable, label, tenant, reason)
+        finally:
+            self._release(ticket)
 
+    def _acquire(self, tenant: Hashable | None, cancel_event: threading.Event | None) -> _Waiting:
+        ticket = _Waiting(tenant)
+        with self._cond:
+            if self._tripped:
+                raise LaneTripped(self._tripped)
+            if tenant not in self._order:
+                self._order.append(tenant)
+            self._queue.append(ticket)
+            self._grant()
+            while not ticket.granted:  # another tenant holds the lane: wait, noticing a cancel within 0.1 s
+                if cancel_event is not None and cancel_event.is_set():
+                    self._queue.remove(ticket)
+                    self._cancelled_waits += 1
+                    raise Cancelled()
+                if self._tripped:
+                    self._queue.remove(ticket)
+                    raise LaneTripped(self._tripped)
+                self._cond.wait(0.1)
+        return ticket
+
+    def _grant(self) -> None:
+        """Give the free lane to the first waiting ticket of the next tenant in round-robin order."""
+        if self._busy or not self._queue:
+            return
+        for _ in range(len(self._order)):
+            tenant = self._order[0]
+            self._order.rotate(-1)
+            for ticket in self._queue:
+                if ticket.tenant == tenant:
+                    self._queue.remove(ticket)
+                    ticket.granted = True
+                    self._busy = True
+                    self._cond.notify_all()
+                    return
+
+    def _release(self, ticket: _Waiting) -> None:
+        with self._cond:
+            self._busy = False
+            self._current = None
+            self._current_tenant = None
+            self._due = None
+            self._grant()
+            self._cond.notify_all()
+
+    def _wait_gap(self, limiter: RateLimiter, cancel_event: threading.Event | None, min_wait: float,
+                  gap_class: str | None, tenant: Hashable | None, label: str | None) -> str | None:
+        """Wait until the request is due; returns why it waited (a :data:`WAIT_REASONS` entry, None if not)."""
+        if cancel_event is not None and cancel_event.is_set():
+            with self._cond:
+                self._cancelled_waits += 1
+            raise Cancelled()
+        drawn = limiter.draw()
+        with self._cond:
+            floor = self._floors.get(gap_class or "", 0.0)
+            now = self._clock.monotonic()
+            gap, reason = drawn, "gap"
+            if floor > gap:
+                gap, reason = floor, "floor"
+            # The gap runs from the last response the upstream sent; a retry hint from the end of the last
+            # attempt (the same instant, unless that attempt never reached a server).
+            due = _Due(self._last_end + gap if self._last_end is not None else now, reason)
+            retry_from = self._last_attempt_end if self._last_attempt_end is not None else now
+            if min_wait > 0 and retry_from + min_wait > due.at:
+                due = _Due(retry_from + min_wait, "retry-after")
+            if self._hold is not None and self._hold.at > due.at:
+                due = self._hold
+            self._due = due
+            self._last_gap = max(gap, min_wait)
+            self._current = label
+            self._current_tenant = tenant
+        remaining = due.at - now
+        if remaining > 0:
+            cancelled = self._clock.wait(cancel_event, remaining)
+            with self._cond:
+                self._waited_seconds += max(0.0, self._clock.monotonic() - now)
+                if cancelled:
+                    self._cancelled_waits += 1
+            if cancelled:
+                raise Cancelled()
+        paused = self._wait_unpaused(cancel_event)
+        if cancel_event is not None and cancel_event.is_set():
+            with self._cond:
+                self._cancelled_waits += 1
+            raise Cancelled()
+        return "paused" if paused else (due.reason if remaining > 0 else None)
+
+    def _wait_unpaused(self, cancel_event: threading.Event | None) -> bool:
+        """Hold the granted request while the lane is paused; True if it had to wait."""
+        waited = False
+        with self._cond:
+            while self._paused is not None and self._tripped is None:
+                waited = True
+                self._due = _Due(self._clock.monotonic(), "paused")
+                if cancel_event is not None and cancel_event.is_set():
+                    break
+                self._cond.wait(0.1)
+            if self._tripped is not None:
+                raise LaneTripped(self._tripped)
+        return waited
+
+    def _call(self, fn: Callable[[], T], cancel_event: threading.Event | None, gap_class: str | None,
+              abortable: bool, label: str | None = None, tenant: Hashable | None = None,
+              reason: str | None = None) -> T:
+        with self._cond:
+            self._in_flight = True
+            self._due = None
+            self._sent += 1
+            started = self._clock.monotonic()
+            gap_at_send = started - self._last_end if self._last_end is not None else None
+        error: BaseException | None = None
+        try:
+            if abortable and cancel_event is not None:
+                return _run_abortable(fn, cancel_event, self._on_abort)
+            return fn()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            with self._cond:
+                end = self._clock.monotonic()
+                self._busy_seconds += end - started
+                self._last_attempt_end = end
+                if not getattr(error, "transport_failure", False):  # never reached a server: no gap owed
+                    self._last_end = end
+                self._hold = None
+                self._in_flight = False
+                self._note_outcome(error, end, gap_class, gap_at_send)
+                seq = self._sent
+            if self._observer is not None:
+                self._observe(AttemptRecord(seq, started, end, label, tenant, gap_class, gap_at_send, reason,
+                                            _outcome(error), _detail(error)))
+
+    def _observe(self, record: AttemptRecord) -> None:
+        try:
+            self._observer(record)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - an observer must never break the lane
+            self._log.debug("lane observer failed", exc_info=True)
+
+    def _on_abort(self) -> None:
+        with self._cond:
+            self._aborted += 1
+
+    def _note_outcome(self, error: BaseException | None, end: float, gap_class: str | None,
+                      gap_at_send: float | None) -> None:
+        """Holds, floors and the breaker after one attempt (called with the lock held)."""
+        if error is None or isinstance(error, Cancelled):
+            self._transport_streak = 0
+            return
+        hold = float(getattr(error, "hold_lane_seconds", 0.0) or 0.0)
+        if hold > 0:
+            self._hold = _Due(end + hold, "timeout-hold")
+        backoff: LaneBackoff | None = getattr(error, "lane_backoff", None)
+        if backoff is not None and backoff.seconds > 0:
+            reason = "banned" if backoff.kind == "banned" else "retry-after"
+            if self._hold is None or end + backoff.seconds > self._hold.at:
+                self._hold = _Due(end + backoff.seconds, reason)
+            if backoff.kind == "banned":
+                self._banned += 1
+                self._banned_seconds += backoff.seconds
+            else:
+                self._throttled += 1
+            if backoff.kind == "throttled" and gap_class is not None:
+                self._raise_floor(gap_class, (gap_at_send or 0.0) + backoff.seconds, backoff.detail)
+        if getattr(error, "transport_failure", False):
+            self._transport_streak += 1
+            if self._max_transport is not None and self._transport_streak >= self._max_transport \
+                    and self._tripped is None:
+                self._tripped = f"upstream unreachable: {self._transport_streak} transport failures in a row " \
+                                f"(last: {error})"
+                self._log.error("lane %s stopped: %s", self.name, self._tripped)
+                self._cond.notify_all()
+        else:
+            self._transport_streak = 0
+
+    def _raise_floor(self, gap_class: str, seconds: float, detail: str) -> None:
+        old = self._floors.get(gap_class)
+        if old is not None and old >= seconds:
+            return
+        self._floors[gap_class] = seconds
+        if old is None:
+            self._log.warning("lane %s: the upstream rejected a %s request as too early%s; every later %s "
+                              "request of this run waits at least %.1f s", self.name, gap_class,
+                              f" ({detail})" if detail else "", gap_class, seconds)
+        else:
+            self._log.info("lane %s: floor of %s raised from %.1f s to %.1f s", self.name, gap_class, old, seconds)
+
+    # ------------------------------------------------------------------------------------------- observe
     def statistics(self) -> LaneStatistics:
-        with self._state:
-            due_in = max(0.0, self._due - self._clock.monotonic()) if self._due is not None else 0.0
-            return LaneStatistics(self._sent, self._in_flight, self._last_gap, due_in, self._cancelled_waits)
+        with self._cond:
+            now = self._clock.monotonic()
+            due = self._due
+            due_in = max(0.0, due.at - now) if due is not None else 0.0
+            reason = due.reason if due is not None and (due_in > 0 or due.reason == "paused") else None
+            if reason is None and not self._in_flight and self._queue:
+                reason = "lane"
+            return LaneStatistics(
+                name=self.name, requests_sent=self._sent, in_flight=self._in_flight, current=self._current,
+                current_tenant=self._current_tenant, last_gap=self._last_gap, next_due_in=due_in,
+                wait_reason=reason, waiting_tenants=len({t.tenant for t in self._queue}),
+                throttled=self._throttled, banned=self._banned, banned_seconds=self._banned_seconds,
+                floors=dict(self._floors), consecutive_transport_failures=self._transport_streak,
+                tripped=self._tripped, cancelled_waits=self._cancelled_waits, aborted_in_flight=self._aborted,
+                busy_seconds=self._busy_seconds, waited_seconds=self._waited_seconds,
+            )
 
     def __repr__(self) -> str:
         s = self.statistics()
-        return f"<RequestScheduler sent={s.requests_sent} in_flight={s.in_flight} next_due_in={s.next_due_in:.2f}s>"
+        return (f"<RequestScheduler {self.name} sent={s.requests_sent} in_flight={s.in_flight} "
+                f"next_due_in={s.next_due_in:.2f}s reason={s.wait_reason}>")
+
+
+def _outcome(error: BaseException | None) -> str:
+    if error is None:
+        return "ok"
+    if isinstance(error, Cancelled):
+        return "aborted"
+    backoff = getattr(error, "lane_backoff", None)
+    if backoff is not None:
+        return {"throttled": "throttled", "banned": "banned"}.get(backoff.kind, "hold")
+    if getattr(error, "transport_failure", False):
+        return "unreachable"
+    if getattr(error, "hold_lane_seconds", 0):
+        return "timeout"
+    return "error"
+
+
+def _detail(error: BaseException | None) -> str | None:
+    if error is None or isinstance(error, Cancelled):
+        return None
+    text = " ".join(str(error).split())[:200]
+    return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
+
+
+def _run_abortable(fn: Callable[[], T], cancel_event: threading.Event, on_abort: Callable[[], None]) -> T:
+    """Run ``fn`` on a helper thread; return its value or re-raise its error, or raise ``Cancelled`` within
+    ~50 ms of ``cancel_event`` being set (the helper then finishes on its own and its result is dropped)."""
+    finished = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=body, name="lane-request", daemon=True).start()
+    while not finished.wait(0.05):
+        if cancel_event.is_set():
+            on_abort()
+            raise Cancelled()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -21,7 +21,9 @@ from typing import Any, Hashable, Iterable, Iterator
 
 from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult
-from feiqiu_etl.pipeline.unified_pipeline import ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, _describe, _safe_params
+from feiqiu_etl.pipeline.unified_pipeline import (
+    FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, _describe, _safe_params,
+)
 
 
 class SerialReference(UnifiedPipeline):
@@ -34,11 +36,14 @@ class SerialReference(UnifiedPipeline):
         write_fn: WriteFn,
         *,
         on_scope_complete: ScopeFn | None = None,
+        on_request_failed: FailureFn | None = None,
     ) -> PipelineResult:
         """Execute every request and everything it spawns, one after the other; see ``UnifiedPipeline.run``."""
         if self.cancel_token.is_cancelled:
             return PipelineResult(status="CANCELLED", cancelled=True)
-        return _SerialRun(self, process_fn, write_fn, on_scope_complete).execute(iter(requests))
+        run = _SerialRun(self, process_fn, write_fn, on_scope_complete)
+        run.on_failure = on_request_failed
+        return run.execute(iter(requests))
 
 
 class _SerialRun:
@@ -58,6 +63,7 @@ class _SerialRun:
         self.write_streak = 0
         self.seq = 0
         self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
+        self.on_failure: FailureFn | None = None
 
     def execute(self, source: Iterator[PipelineRequest]) -> PipelineResult:
         started = time.monotonic()
@@ -82,7 +88,7 @@ class _SerialRun:
         """Send, process and write one request. Returns True if anything about it failed."""
         t0 = time.monotonic()
         try:
-            payload = self.owner.transport(request, self._sender())
+            payload = self.owner.transport(request, self._sender(request))
         except Cancelled:
             self.result.detail_skipped += int(request.is_detail)
             return True
@@ -100,27 +106,39 @@ class _SerialRun:
         self.seq += 1
         return self._process(ResponseItem(request, payload, self.seq))
 
-    def _sender(self):
+    def _sender(self, request: PipelineRequest):
         dispatched = False
 
         def send(fn, min_wait: float = 0.0):
             def attempt():
                 nonlocal dispatched
+                self.result.attempts += 1
                 if not dispatched:
                     dispatched = True
                     self.result.total_requests += 1
-                return fn()
-            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait)
+                try:
+                    return fn()
+                except Exception as exc:
+                    backoff = getattr(exc, "lane_backoff", None)
+                    if backoff is not None:
+                        self.result.rate_limited += 1
+                        self.result.banned_seconds += backoff.seconds if backoff.kind == "banned" else 0.0
+                    raise
+            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait,
+                                        gap_class=request.gap_class, tenant=self.owner.tenant)
 
         return send
 
     def _request_failed(self, request: PipelineRequest, exc: Exception, *, abort: bool = False) -> None:
         self.result.detail_failure += int(request.is_detail)
-        self.request_streak += 1
+        self.request_streak += int(getattr(exc, "counts_as_failure", True))
         self._record("request", {
             "endpoint": request.endpoint, "params": _safe_params(request.params),
             "is_detail": request.is_detail, "error": _describe(exc),
         })
+        rows = list(self.on_failure(request, exc) or []) if self.on_failure is not None else []
+        if rows:
+            self._write(rows, request.scope)
         if abort or self.request_streak >= self.cfg.max_consecutive_failures:
             self.aborted = True
 
@@ -139,7 +157,9 @@ class _SerialRun:
             self.timing["processing"] += time.monotonic() - t0
         if not isinstance(out, ProcessOutput):
             out = ProcessOutput(rows=list(out or []))
-        self.result.total_fetched += out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
+        fetched = out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
+        self.result.total_fetched += fetched
+        self.result.detail_fetched += fetched if item.request.is_detail else 0
         for err in out.errors:
             self._record("processing", {"endpoint": item.request.endpoint, **err})
         for follow in out.follow_ups:

@@ -23,11 +23,12 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sized, TypeVar
 
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
+from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled, LaneBackoff
 from feiqiu_etl.pipeline.models import (
     PipelineRequest,
     PipelineResult,
@@ -35,8 +36,8 @@ from feiqiu_etl.pipeline.models import (
     ResponseItem,
     WriteResult,
 )
-from feiqiu_etl.pipeline.rate_limiter import RateLimiter
-from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
+from feiqiu_etl.pipeline.rate_limiter import RateLimiter, RateLimiterStatistics
+from feiqiu_etl.pipeline.request_scheduler import LaneStatistics, RequestScheduler
 from feiqiu_etl.pipeline.work_tracker import Frontier, ScopeCompletion, WorkTracker
 from feiqiu_etl.pipeline.write_worker import FLUSH_HINT, SENTINEL, RowChunk, WriteWorker, follow_up_scope
 
@@ -47,6 +48,7 @@ Transport = Callable[[PipelineRequest, SendFn], Any]
 ProcessFn = Callable[[ResponseItem], "ProcessOutput | list"]
 WriteFn = Callable[[list], "WriteResult | None"]
 ScopeFn = Callable[[Hashable, bool], "WriteResult | None"]
+FailureFn = Callable[[PipelineRequest, BaseException], "list | None"]
 
 JOIN_DEADLINE = 30.0
 
@@ -69,13 +71,19 @@ class UnifiedPipeline:
         cancel_token: CancellationToken | None = None,
         logger: logging.Logger | None = None,
         rate_limiter: RateLimiter | None = None,
+        tenant: Hashable | None = None,
+        abortable: bool = False,
     ):
+        """``tenant`` identifies this pipeline's share of a lane used by several (e.g. its store): the lane
+        is granted round-robin between tenants. ``abortable`` lets a cancel abort the request in flight."""
         self.transport = transport
         self.config = config
         self.lane = lane or RequestScheduler()
         self.cancel_token = cancel_token or CancellationToken()
         self.logger = logger or logging.getLogger(__name__)
         self.rate_limiter = rate_limiter or RateLimiter(config.rate_min, config.rate_max, clock=self.lane.clock)
+        self.tenant = tenant
+        self.abortable = abortable
         self._run: _Run | None = None
 
     def run(
@@ -85,45 +93,84 @@ class UnifiedPipeline:
         write_fn: WriteFn,
         *,
         on_scope_complete: ScopeFn | None = None,
+        on_request_failed: FailureFn | None = None,
     ) -> PipelineResult:
         """Execute the pipeline until all work (seeds and everything they spawn) is written.
 
         ``on_scope_complete(scope, ok)`` runs on the writer thread when a scope has no outstanding
-        work left; ``ok`` is False if any of its items failed or was dropped. Returns the statistics;
-        status is FAILED (aborted) > CANCELLED > PARTIAL (some failure) > SUCCESS.
+        work left; ``ok`` is False if any of its items failed or was dropped. ``on_request_failed(request,
+        exc)`` may return rows to write for a request that failed for good (e.g. bookkeeping of an owed
+        detail); they go through the writer like any rows. Returns the statistics; status is FAILED
+        (aborted) > CANCELLED > PARTIAL (some failure) > SUCCESS.
         """
         if self.cancel_token.is_cancelled:
             return PipelineResult(status="CANCELLED", cancelled=True)
-        run = _Run(self, process_fn, write_fn, on_scope_complete)
+        run = _Run(self, process_fn, write_fn, on_scope_complete, on_request_failed)
         self._run = run
         try:
             with _short_gil_switch():
-                return run.execute(iter(requests))
+                return run.execute(iter(requests), len(requests) if isinstance(requests, Sized) else None)
         finally:
             self._run = None
 
-    def statistics(self) -> dict:
-        """Live snapshot: queue depths, outstanding work, lane state (for progress and logs)."""
+    def statistics(self) -> "PipelineStatistics":
+        """Live snapshot: queue depths, outstanding work, counts so far, lane state (progress, status, tests)."""
         run = self._run
         lane = self.lane.statistics()
-        base = {"lane": lane, "rate_limiter": self.rate_limiter.statistics()}
         if run is None:
-            return base | {"running": False}
-        return base | {
-            "running": True,
-            "outstanding": run.tracker.outstanding,
-            "frontier": len(run.frontier),
-            "processing_queue": run.processing_q.qsize(),
-            "write_queue": run.write_q.qsize(),
-            "busy_workers": run.busy_workers,
-        }
+            return PipelineStatistics(running=False, lane=lane, rate_limiter=self.rate_limiter.statistics())
+        with run.lock:
+            r = run.result
+            return PipelineStatistics(
+                running=True, lane=lane, rate_limiter=self.rate_limiter.statistics(),
+                outstanding=run.tracker.outstanding, frontier=len(run.frontier),
+                processing_queue=run.processing_q.qsize(), write_queue=run.write_q.qsize(),
+                busy_workers=run.busy_workers, requests=r.total_requests, attempts=r.attempts,
+                completed_requests=r.completed_requests, fetched=r.total_fetched,
+                rows_written=r.total_inserted + r.total_updated + r.total_skipped, rate_limited=r.rate_limited,
+                banned_seconds=r.banned_seconds, failures=len(r.errors), seeds_left=run.seeds_left,
+                elapsed=time.monotonic() - run.started,
+            )
+
+
+@dataclass(frozen=True)
+class PipelineStatistics:
+    """Snapshot of one ``UnifiedPipeline`` (counts are requests or rows; ``elapsed`` in seconds).
+
+    ``frontier`` requests wait for the lane (next pages, details); ``seeds_left`` is the number of seeds
+    not pulled yet when the seed source has a length (else None); ``rows_written`` counts rows committed
+    (inserted + updated + unchanged).
+    """
+
+    running: bool
+    lane: LaneStatistics
+    rate_limiter: RateLimiterStatistics
+    outstanding: int = 0
+    frontier: int = 0
+    processing_queue: int = 0
+    write_queue: int = 0
+    busy_workers: int = 0
+    requests: int = 0
+    attempts: int = 0
+    completed_requests: int = 0
+    fetched: int = 0
+    rows_written: int = 0
+    rate_limited: int = 0
+    banned_seconds: float = 0.0
+    failures: int = 0
+    seeds_left: int | None = None
+    elapsed: float = 0.0
 
 
 class _Run:
     """State of one ``UnifiedPipeline.run`` call."""
 
-    def __init__(self, owner: UnifiedPipeline, process_fn: ProcessFn, write_fn: WriteFn, on_scope: ScopeFn | None):
+    def __init__(self, owner: UnifiedPipeline, process_fn: ProcessFn, write_fn: WriteFn, on_scope: ScopeFn | None,
+                 on_failure: FailureFn | None = None):
         self.owner = owner
+        self.on_failure_fn = on_failure
+        self.started = time.monotonic()
+        self.seeds_left: int | None = None
         self.cfg = owner.config
         self.token = owner.cancel_token
         self.log = owner.logger
@@ -149,8 +196,9 @@ class _Run:
         self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
 
     # ------------------------------------------------------------------ driver (lane) thread
-    def execute(self, source: Iterator[PipelineRequest]) -> PipelineResult:
-        started = time.monotonic()
+    def execute(self, source: Iterator[PipelineRequest], seeds: int | None = None) -> PipelineResult:
+        started = self.started = time.monotonic()
+        self.seeds_left = seeds
         workers = [
             threading.Thread(target=self._worker_loop, name=f"pipeline-worker-{i}", daemon=True)
             for i in range(self.cfg.workers)
@@ -212,26 +260,37 @@ class _Run:
             self._record("request", {"stage": "seed", "error": _describe(exc)})
             return None
         self.tracker.add(1, request.scope)
+        if self.seeds_left is not None:
+            with self.lock:
+                self.seeds_left = max(0, self.seeds_left - 1)
         return request
 
     def _send(self, request: PipelineRequest) -> None:
         dispatched = False
+        owner = self.owner
+        label = request.label()
 
         def send(fn: Callable[[], T], min_wait: float = 0.0) -> T:
-            nonlocal dispatched
             def attempt() -> T:
                 nonlocal dispatched
-                if not dispatched:
-                    dispatched = True
-                    with self.lock:
+                with self.lock:
+                    self.result.attempts += 1
+                    if not dispatched:
+                        dispatched = True
                         self.result.total_requests += 1
-                return fn()
-            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait)
+                try:
+                    return fn()
+                except Exception as exc:
+                    self._note_backoff(request, exc)
+                    raise
+            return owner.lane.send(attempt, owner.rate_limiter, self.token.event, min_wait=min_wait,
+                                   gap_class=request.gap_class, tenant=owner.tenant, label=label,
+                                   abortable=owner.abortable)
 
         t0 = time.monotonic()
         failed = False
         try:
-            payload = self.owner.transport(request, send)
+            payload = owner.transport(request, send)
         except Cancelled:
             failed = True  # dropped, not a failure: nothing (more) was sent
             self._dropped(request)
@@ -247,6 +306,18 @@ class _Run:
             with self.lock:
                 self.timing["request"] += time.monotonic() - t0
             self._finish_item(request.scope, failed=failed)
+
+    def _note_backoff(self, request: PipelineRequest, exc: Exception) -> None:
+        """Count and log, at once, an answer that demanded a wait (rate limiting, a ban)."""
+        backoff: LaneBackoff | None = getattr(exc, "lane_backoff", None)
+        if backoff is None:
+            return
+        with self.lock:
+            self.result.rate_limited += 1
+            if backoff.kind == "banned":
+                self.result.banned_seconds += backoff.seconds
+        what = "banned by upstream" if backoff.kind == "banned" else "rate limited by upstream"
+        self.log.warning("%s: %s %s, waiting %.0f s", what, request.endpoint, backoff.detail or "", backoff.seconds)
 
     def _dropped(self, request: PipelineRequest) -> None:
         """A request given up on cancel/abort. A detail one counts as ``detail_skipped`` (not fetched, no
@@ -274,15 +345,30 @@ class _Run:
             "is_detail": request.is_detail,
             "error": _describe(exc),
         }
+        counts = getattr(exc, "counts_as_failure", True)
         with self.lock:
             if request.is_detail:
                 self.result.detail_failure += 1
-            self.consecutive_request_failures += 1
+            if counts:
+                self.consecutive_request_failures += 1
             limit_hit = self.consecutive_request_failures >= self.cfg.max_consecutive_failures
         self._record("request", error)
+        self._failure_rows(request, exc)
         if abort or limit_hit:
             reason = "fatal error" if abort else f"{self.cfg.max_consecutive_failures} consecutive request failures"
             self._abort(reason)
+
+    def _failure_rows(self, request: PipelineRequest, exc: BaseException) -> None:
+        if self.on_failure_fn is None:
+            return
+        try:
+            rows = list(self.on_failure_fn(request, exc) or [])
+        except Exception as hook_error:  # noqa: BLE001 - a broken hook is one more recorded failure
+            self._record("processing", {"endpoint": request.endpoint, "error": _describe(hook_error)})
+            return
+        if rows:
+            self.tracker.add(len(rows), request.scope)
+            self.write_q.put(RowChunk(rows, request.scope))
 
     # ------------------------------------------------------------------ processing workers
     def _worker_loop(self) -> None:
@@ -319,6 +405,8 @@ class _Run:
             fetched = out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
             with self.lock:
                 self.result.total_fetched += fetched
+                if item.request.is_detail:
+                    self.result.detail_fetched += fetched
             for err in out.errors:
                 failed = True
                 self._record("processing", {"endpoint": item.request.endpoint, **err})

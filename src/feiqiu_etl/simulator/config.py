@@ -109,9 +109,11 @@ class SimulatorConfig:
     may read (upstream-api.md §1.1, error 40103). ``anchor`` is the naive Shanghai local time where the
     generated history ends; windowed data spans ``[anchor - days, anchor)``. ``port=0`` picks a free port.
     ``processing_delay`` is slept inside every accepted request. ``churn_between_pages`` makes the data change
-    between the pages of one listing (upstream-api.md §1.5), deterministically per seed. ``extra_fields``
-    (schema drift, e.g. ``{"*": {"newField": 1}}``) adds fields to every record of the list endpoints of the
-    named task codes (``"*"``: all); ``Simulator.add_field`` does the same while running.
+    between the pages of one listing (upstream-api.md §1.5), deterministically per seed. ``site_factors``
+    multiplies every count of the scale profile for some stores (e.g. ``{site: 10}``: one store ten times
+    bigger than the others of its token). ``extra_fields`` (schema drift, e.g. ``{"*": {"newField": 1}}``)
+    adds fields to every record of the list endpoints of the named task codes (``"*"``: all);
+    ``Simulator.add_field`` does the same while running.
     """
 
     seed: int = 7
@@ -126,6 +128,7 @@ class SimulatorConfig:
     port: int = 0
     processing_delay: float = 0.0
     churn_between_pages: bool = False
+    site_factors: Mapping[int, float] | None = None
     extra_fields: Mapping[str, Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -142,10 +145,24 @@ class SimulatorConfig:
             raise ValueError("token must not be empty")
         if self.anchor is not None and self.anchor.tzinfo is not None:
             raise ValueError("anchor is a naive Asia/Shanghai local time")
+        for site, factor in (self.site_factors or {}).items():
+            if not 0 < factor <= 100:
+                raise ValueError(f"site factor of {site} must be in (0, 100], not {factor!r}")
 
     @property
     def profile(self) -> ScaleProfile:
         return SCALE_PROFILES[self.scale]
+
+    def profile_for(self, site_id: int) -> ScaleProfile:
+        """The scale profile of one store (``site_factors`` applied)."""
+        factor = (self.site_factors or {}).get(site_id, 1.0)
+        if factor == 1.0:
+            return self.profile
+        from dataclasses import fields, replace
+
+        base = self.profile
+        return replace(base, **{f.name: type(getattr(base, f.name))(max(1, round(getattr(base, f.name) * factor)))
+                                for f in fields(base)})
 
     def token_sites(self) -> dict[str, frozenset[int]]:
         """token -> site ids it may access: ``{token: site_ids}`` plus the extra ``tokens``."""

@@ -51,8 +51,9 @@ def build_store(config: SimulatorConfig, site_id: int, anchor: datetime, faker: 
     rng = random.Random(f"feiqiu-sim|{config.seed}|{config.scale}|{site_id}|{fmt_time(anchor)}|{config.days}")
     faker.seed_instance(rng.getrandbits(64))
     store = Store(site_id, rng, faker, start=anchor - timedelta(days=config.days), anchor=anchor)
-    generate_master(store, config.profile)
-    Timeline(store, config.profile).run(config.days)
+    profile = config.profile_for(site_id)
+    generate_master(store, profile)
+    Timeline(store, profile).run(config.days)
     return store
 
 

@@ -26,9 +26,9 @@ from psycopg import sql
 from feiqiu_etl.tasks.dwd.casts import names, same_key, source_ident, target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdTable
 from feiqiu_etl.tasks.dwd.schema import OPEN_END
-from feiqiu_etl.tasks.dwd.staging import STAGE, LoadCounts, ods_key_columns, stage_source, table_lock
+from feiqiu_etl.tasks.dwd.staging import MARK, STAGE, LoadCounts, ods_key_columns, stage_source, table_lock
 from feiqiu_etl.tasks.dwd.watermark import (
-    changed_after, max_surrogate_key, read_dim_watermark, write_dim_watermark,
+    max_surrogate_key, next_mark, read_dim_watermark, write_dim_watermark,
 )
 
 
@@ -160,11 +160,10 @@ def merge_dim_scd2(conn: psycopg.Connection, table: DwdTable, *, now: datetime, 
         partial = (incremental and previous is not None and previous.key_aligned
                    and previous.max_sk == max_surrogate_key(conn, table))
         if partial:
-            changed = changed_after(previous.watermark)
-            staged = stage_source(conn, table, changed=changed)
+            since = next_mark(previous.watermark)
+            staged = stage_source(conn, table, since=since)
             # Still exact only if every changed row is key-aligned and none shares its key with another.
-            partial = _aligned(conn, table, ods_keys) and staged == _count_source(conn, table, changed.sql,
-                                                                                   changed.params)
+            partial = _aligned(conn, table, ods_keys) and staged == _count_source(conn, table, since)
         if partial:
             aligned = True  # aligned before, and every changed row still is
         else:
@@ -196,13 +195,12 @@ def _aligned(conn: psycopg.Connection, table: DwdTable, ods_keys: list[str]) -> 
     return row[0] is not False
 
 
-def _count_source(conn: psycopg.Connection, table: DwdTable, where: sql.Composable | None = None,
-                  params: tuple = ()) -> int:
-    """ODS rows of the source (alias ``o``), all or those matching ``where``."""
+def _count_source(conn: psycopg.Connection, table: DwdTable, since: datetime | None = None) -> int:
+    """ODS rows of the source, all or those changed at or after ``since`` (``staging.MARK``)."""
     query = sql.SQL("SELECT count(*) FROM {} o").format(source_ident(table))
-    if where is not None:
-        query = query + sql.SQL(" WHERE ") + where
-    return conn.execute(query, params).fetchone()[0]
+    if since is None:
+        return conn.execute(query).fetchone()[0]
+    return conn.execute(query + sql.SQL(" WHERE {} >= %s").format(MARK), (since,)).fetchone()[0]
 
 
 #: The name used by the design document (spec §3.7).

@@ -2,9 +2,9 @@
 
 One row per dimension in ``etl_meta.dwd_dim_watermark``: every ODS row whose change mark
 ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))`` is at or before ``watermark`` has been merged.
-An incremental merge reads only the ODS rows changed after it (``fetched_at > w OR deleted_at > w``, served by
-two plain indexes on the source table) and writes the new watermark in the merge's own transaction, so the
-watermark never moves unless the merge committed with it.
+An incremental merge reads only the ODS rows changed after it (the mark ``>= w + 1 µs``, timestamptz's resolution;
+served by an index on that expression of the source table) and writes the new watermark in the merge's own
+transaction, so the watermark never moves unless the merge committed with it.
 
 The row also says whether the source is *key-aligned*: every ODS row's business key equals its ODS key, so
 each business key has exactly one ODS row and the changed rows alone decide every affected key. Only then is
@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg import sql
 
-from feiqiu_etl.tasks.dwd.casts import Fragment, param, source_ident, target_ident
+from feiqiu_etl.tasks.dwd.casts import target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
 
 DIM_WATERMARK_TABLE = ("etl_meta", "dwd_dim_watermark")
@@ -55,17 +55,16 @@ class DimWatermark:
 
 
 def ensure_change_tracking(conn: psycopg.Connection, mapping: DwdMapping) -> None:
-    """Create ``etl_meta.dwd_dim_watermark`` and, on every existing ODS source of a dimension, the indexes on
-    ``fetched_at`` and ``deleted_at`` that find its changed rows. Runs in the caller's transaction."""
+    """Create ``etl_meta.dwd_dim_watermark`` and, on every existing ODS source of the mapping, an index on the
+    change mark (``staging.MARK``) that finds the rows changed since a watermark (dimensions) or since the
+    facts' watermark. Runs in the caller's transaction."""
     conn.execute(DIM_WATERMARK_DDL)
-    for table in mapping.tables:
-        if not table.is_dimension:
-            continue
-        if conn.execute("SELECT to_regclass(%s)", (f"{table.source_schema}.{table.source_name}",)).fetchone()[0] is None:
+    for source in sorted({(t.source_schema, t.source_name) for t in mapping.tables}):
+        if conn.execute("SELECT to_regclass(%s)", (".".join(source),)).fetchone()[0] is None:
             continue  # created later by its ODS task; indexed by the next DWD run
-        for column in ("fetched_at", "deleted_at"):
-            conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
-                sql.Identifier(f"{table.source_name}_{column}_idx"), source_ident(table), sql.Identifier(column)))
+        conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ((GREATEST(fetched_at, COALESCE(deleted_at, "
+                             "fetched_at))))").format(sql.Identifier(f"{source[1]}_change_mark_idx"),
+                                                      sql.Identifier(*source)))
 
 
 def read_dim_watermark(conn: psycopg.Connection, table: DwdTable) -> DimWatermark | None:
@@ -82,9 +81,10 @@ def max_surrogate_key(conn: psycopg.Connection, table: DwdTable) -> int | None:
         sql.Identifier(table.surrogate_key), target_ident(table))).fetchone()[0]
 
 
-def changed_after(watermark: datetime) -> Fragment:
-    """``o.fetched_at > w OR o.deleted_at > w``: the ODS rows (alias ``o``) whose change mark is after ``w``."""
-    return Fragment.of("(o.fetched_at > {} OR o.deleted_at > {})", param(watermark), param(watermark))
+def next_mark(watermark: datetime) -> datetime:
+    """The first change mark after ``watermark`` (timestamptz counts microseconds): ``MARK >= next_mark(w)``
+    reads exactly the rows changed after ``w``."""
+    return watermark + timedelta(microseconds=1)
 
 
 def write_dim_watermark(conn: psycopg.Connection, table: DwdTable, *, staged_max: datetime | None,

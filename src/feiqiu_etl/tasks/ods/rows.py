@@ -65,3 +65,18 @@ class DetailDone:
     seen: list[tuple]
     fetched_at: datetime
     scope: Hashable | None = None
+
+
+@dataclass
+class DetailFailed:
+    """Marker after a detail request failed for good: the parent's owed entry records the attempt and the
+    error (and is given up after too many), or — ``gone``: the upstream said the record does not exist
+    (40401) — leaves the owed list (upstream-api §2.1: skip, no retry)."""
+
+    table: str
+    task_code: str
+    site_id: int
+    parent_key: str
+    error: str
+    gone: bool
+    scope: Hashable | None = None

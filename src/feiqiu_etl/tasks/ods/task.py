@@ -1,44 +1,36 @@
-"""``BaseOdsTask``: runs one ODS task for one store through a ``UnifiedPipeline`` (spec §3.5).
+"""``BaseOdsTask``: runs one planned ODS task for one store through a ``UnifiedPipeline`` (spec §3.5).
 
-``execute()`` plans the windows (explicit, or incremental from ``etl_meta.window_progress`` minus a
-look-back), splits them into half-open segments of at most ``segment`` (≤ 31 days, upstream-api §1.2),
-seeds page 1 of every segment (or of the snapshot) plus details still owed from earlier runs, and runs
-the pipeline with :class:`OdsProcessor` as ``process_fn`` and :class:`OdsWriter` as ``write_fn``.
-Scope completions checkpoint a segment (all its pages and details committed) or apply the snapshot
-soft delete (only after a provably complete snapshot, never when cancelled).
+The windows come from the plan (:class:`~feiqiu_etl.plan.model.TaskPlan`): half-open segments of at most
+31 days (upstream-api §1.2). ``execute()`` records the incremental horizon before any request (so that a
+segment that fails is still a gap for the next run), seeds page 1 of every segment (or of the snapshot)
+plus details still owed from earlier runs, and runs the pipeline with :class:`OdsProcessor` as
+``process_fn`` and :class:`OdsWriter` as ``write_fn``. Scope completions checkpoint a segment (all its
+pages and details committed) or apply the snapshot soft delete (only after a provably complete snapshot,
+never when cancelled). A detail that failed for good goes back to the owed list with its attempt count;
+one that answers "not found" (40401) leaves it (upstream-api §2.1: skip, no retry).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any, Callable, Hashable, Iterator
 
 import psycopg
 
+from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
+from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
+from feiqiu_etl.plan.model import TaskPlan
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
-from feiqiu_etl.tasks.ods.rows import layouts_for
-from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
-from feiqiu_etl.connector.windows import Window, fmt, from_aware, local_now, plan_incremental, split, to_aware
+from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
-
-
-@dataclass(frozen=True)
-class WindowSettings:
-    """How windowed tasks choose their windows. ``explicit`` overrides the incremental plan."""
-
-    explicit: Window | None = None
-    segment: timedelta = timedelta(days=7)
-    lookback: timedelta = timedelta(hours=48)
-    initial: timedelta = timedelta(days=7)
-    now: datetime | None = None  # naive Shanghai local; None = current time
 
 
 @dataclass(frozen=True)
@@ -53,12 +45,20 @@ class ApiConventions:
     end_param: str = "endTime"
     max_pages: int = 5000
     first_page: int = 1
-    max_window: timedelta = timedelta(days=31)
+
+    @classmethod
+    def of(cls, connector) -> "ApiConventions":
+        """The conventions of a :class:`~feiqiu_etl.connector.model.Connector`."""
+        api = connector.api
+        return cls(connector=connector.name, site_param=api.site_param, page_param=api.pagination.page_param,
+                   limit_param=api.pagination.limit_param, start_param=api.window.start_param,
+                   end_param=api.window.end_param, max_pages=api.pagination.max_pages,
+                   first_page=api.pagination.first_page)
 
 
 @dataclass
 class TaskRun:
-    """Outcome of one task for one store."""
+    """Outcome of one task for one store (``result`` holds the §4.3 counters)."""
 
     task_code: str
     site_id: int
@@ -67,122 +67,163 @@ class TaskRun:
     result: PipelineResult
     windows: list[tuple[str, str]] = field(default_factory=list)
     snapshot_note: str | None = None
+    lane: str | None = None
+    first_load: bool = False
+    owed_details: int = 0
+    details_given_up: list[str] = field(default_factory=list)
+    skipped: str | None = None
+    recheck: dict | None = None
     schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
+
+    @property
+    def status(self) -> str:
+        return self.result.status
 
     def to_dict(self) -> dict:
         return {
-            "task": self.task_code, "site_id": self.site_id, "table": self.table,
+            "task": self.task_code, "site_id": self.site_id, "lane": self.lane, "table": self.table,
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
-            "snapshot_note": self.snapshot_note, "schema_drift": self.schema_drift, **self.result.to_dict(),
+            "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
+            "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
+            "schema_drift": self.schema_drift, **self.result.to_dict(),
         }
+
+    @classmethod
+    def not_run(cls, task: TaskPlan, reason: str, status: str, lane: str | None = None) -> "TaskRun":
+        """A planned task that never started (its store or lane stopped, or the run was cancelled)."""
+        spec = task.spec
+        result = PipelineResult(status=status, cancelled=status == "CANCELLED")
+        return cls(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,
+                   [(fmt(w.start), fmt(w.end)) for w in task.windows], lane=lane, skipped=reason)
 
 
 class BaseOdsTask:
-    """One ODS task (``spec``) for one store. The writer's connection is opened per ``execute``."""
+    """One planned ODS task (``task``) for one store. The writer's connection is opened per ``execute``.
+
+    ``tenant`` is this task's share of a lane shared by several stores; ``abortable`` lets a cancel abort
+    the request in flight; ``detail_max_attempts`` failures of an owed detail give it up (reported).
+    """
 
     def __init__(
         self,
-        spec: OdsTaskSpec,
+        task: TaskPlan,
         *,
         transport: Transport,
         lane: RequestScheduler,
         dsn: str,
-        config: PipelineConfig,
         run_id: str,
         cancel_token: CancellationToken,
         logger: logging.Logger,
-        windows: WindowSettings = WindowSettings(),
         conventions: ApiConventions = ApiConventions(),
         observer: Callable[[UnifiedPipeline | None], None] | None = None,
+        tenant: Hashable | None = None,
+        abortable: bool = False,
+        detail_max_attempts: int = 5,
+        lane_name: str | None = None,
+        connect: Callable[[str], psycopg.Connection] | None = None,
+        health: DatabaseHealth | None = None,
     ):
-        self.spec = spec
+        self.task = task
+        self.spec = task.spec
         self.transport = transport
         self.lane = lane
         self.dsn = dsn
-        self.config = config
         self.run_id = run_id
         self.cancel_token = cancel_token
         self.logger = logger
-        self.window_settings = windows
         self.conv = conventions
         self.observer = observer
+        self.tenant = tenant
+        self.abortable = abortable
+        self.detail_max_attempts = detail_max_attempts
+        self.lane_name = lane_name
+        self._connect = connect
+        self.health = health
 
-    def execute(self, site_id: int) -> TaskRun:
+    def execute(self) -> TaskRun:
+        """Run the task; with a :class:`DatabaseHealth` every database step survives a lost connection
+        (reconnect, then the step again), else the first database error is the step's failure."""
         from feiqiu_etl.db.connection import connect
 
-        spec = self.spec
+        spec, site_id = self.spec, self.task.site_id
         layouts = layouts_for(spec)
-        with connect(self.dsn) as conn:
-            windows = self._plan_windows(conn, site_id) if spec.kind == "windowed" else []
-            pending = self._pending_details(conn, site_id) if spec.detail else []
+        slot = self.health.slot() if self.health is not None else DirectSlot(self.dsn, self._connect or connect)
+        try:
+            slot.run(self._record_horizon)
+            pending = slot.run(lambda c: self._pending_details(c, site_id)) if spec.detail else []
+            rechecks = slot.run(lambda c: self._recheck_candidates(c, site_id, pending)) \
+                if spec.detail and self.task.recheck_budget > 0 else []
             snapshot = SnapshotState() if spec.is_snapshot else None
-            writer = OdsWriter(conn, spec, layouts, self.run_id, self.conv.connector,
-                               detail_scope_follows_rows=not spec.is_snapshot)
+            writer = OdsWriter(slot.conn, spec, layouts, self.run_id, self.conv.connector,
+                               detail_scope_follows_rows=not spec.is_snapshot,
+                               detail_max_attempts=self.detail_max_attempts)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
             fields = FieldTracker()
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields)
-            pipeline = UnifiedPipeline(self.transport, self.config, lane=self.lane,
-                                       cancel_token=self.cancel_token, logger=self.logger)
+            pipeline = UnifiedPipeline(self.transport, self.task.config, lane=self.lane,
+                                       cancel_token=self.cancel_token, logger=self.logger, tenant=self.tenant,
+                                       abortable=self.abortable)
             run_started = datetime.now(timezone.utc)
             note: dict[str, str] = {}
 
-            def on_scope(scope: Any, ok: bool) -> WriteResult | None:
-                return self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note)
+            def through(step: Callable[[], Any]) -> Any:
+                saved = writer.save_state()
+                return slot.run(lambda conn: (writer.bind(conn), step())[1],
+                                on_retry=lambda: writer.restore_state(saved))
 
-            seeds = self._seeds(site_id, windows, pending)
-            self.logger.info("start: %s, %d window segment(s), %d pending detail(s)",
-                             spec.kind, len(windows), len(pending))
+            def write(rows: list) -> WriteResult:
+                return through(lambda: writer.write(rows))
+
+            def on_scope(scope: Any, ok: bool) -> WriteResult | None:
+                return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))
+
+            seeds = list(self._seeds(site_id, pending))
+            recheck = _Recheck(spec, rechecks, writer.requested_details, site_id, self.task.recheck_budget)
+            self.logger.info("start: %s, %d window segment(s), %d owed detail(s)",
+                             spec.kind, len(self.task.windows), len(pending))
             if self.observer:
                 self.observer(pipeline)
             try:
-                result = pipeline.run(seeds, processor, writer.write, on_scope_complete=on_scope)
+                result = pipeline.run(_Seeds(seeds, recheck), processor, write, on_scope_complete=on_scope,
+                                      on_request_failed=self._detail_failed)
             finally:
                 if self.observer:
                     self.observer(None)
-            drift = self._drift(conn, fields)
+            drift = self._drift(slot, fields)
+        finally:
+            slot.close()
+        for parent in writer.given_up:
+            self.logger.warning("owed detail %s given up after %d failed attempts", parent, self.detail_max_attempts)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
-                       [(fmt(w.start), fmt(w.end)) for w in windows], note.get("snapshot"), drift)
+                       [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
+                       lane=self.lane_name, first_load=self.task.first_load,
+                       owed_details=len(pending), details_given_up=list(writer.given_up),
+                       recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None,
+                       schema_drift=drift)
 
-    def _drift(self, conn: psycopg.Connection, fields: FieldTracker) -> list[dict]:
+    def _drift(self, slot, fields: FieldTracker) -> list[dict]:
         """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
         try:
-            return record_drift(conn, connector=self.conv.connector, task_code=self.spec.code, run_id=self.run_id,
-                                tracker=fields, logger=self.logger)
-        except psycopg.Error as exc:
+            return slot.run(lambda conn: record_drift(conn, connector=self.conv.connector, task_code=self.spec.code,
+                                                      run_id=self.run_id, tracker=fields, logger=self.logger))
+        except Exception as exc:  # noqa: BLE001 - the data is loaded; only the report is missing
             self.logger.error("schema drift not recorded: %s", exc)
             return []
 
-    # ----------------------------------------------------------------- planning
-    def _plan_windows(self, conn: psycopg.Connection, site_id: int) -> list[Window]:
-        """Explicit window, or the incremental plan; the incremental horizon is recorded before any
-        request so that a segment that fails is still a gap for the next run."""
-        ws = self.window_settings
-        max_segment = min(ws.segment, self.conv.max_window)
-        if ws.explicit is not None:
-            return split(ws.explicit, max_segment)
-        key = (self.conv.connector, self.spec.code, site_id)
-        done = [
-            Window(from_aware(a), from_aware(b))
-            for a, b in conn.execute(
-                "SELECT window_start, window_end FROM etl_meta.window_progress "
-                "WHERE connector = %s AND task_code = %s AND site_id = %s", key).fetchall()
-        ]
-        row = conn.execute("SELECT horizon_start FROM etl_meta.window_horizon "
-                           "WHERE connector = %s AND task_code = %s AND site_id = %s", key).fetchone()
-        now = ws.now or local_now()
-        planned = plan_incremental(now, done, lookback=ws.lookback, initial=ws.initial,
-                                   horizon=from_aware(row[0]) if row else None)
-        if planned:
+    # ----------------------------------------------------------------- planning leftovers (I/O)
+    def _record_horizon(self, conn: psycopg.Connection) -> None:
+        """Record the incremental horizon before any request, so a failed first segment stays a gap."""
+        horizon = self.task.horizon
+        if horizon is not None:
             conn.execute(
                 "INSERT INTO etl_meta.window_horizon (connector, task_code, site_id, horizon_start) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) "
                 "DO UPDATE SET horizon_start = LEAST(window_horizon.horizon_start, EXCLUDED.horizon_start)",
-                (*key, to_aware(planned[0].start)))
+                (self.conv.connector, self.spec.code, self.task.site_id, to_aware(horizon)))
         conn.commit()
-        return [seg for w in planned for seg in split(w, max_segment)]
 
     def _pending_details(self, conn: psycopg.Connection, site_id: int) -> list[PipelineRequest]:
         """Details owed by earlier runs whose parent is still live (others are forgotten)."""
@@ -202,12 +243,33 @@ class BaseOdsTask:
         conn.commit()
         return [detail_request(spec, record) for (record,) in rows]
 
-    def _seeds(self, site_id: int, windows: list[Window], pending: list[PipelineRequest]) -> Iterator[PipelineRequest]:
+    def _recheck_candidates(self, conn: psycopg.Connection, site_id: int, pending: list) -> list[dict]:
+        """List records of live parents whose details were checked longest ago (never first), at most twice
+        the budget (some may be fetched anyway as new or changed parents; those are skipped)."""
+        from psycopg import sql
+
+        spec = self.spec
+        schema, name = split_table(spec.table)
+        key = spec.keys[0]
+        owed = [r.context["parent_key"] for r in pending]
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT t.payload FROM {t} t LEFT JOIN etl_meta.detail_checked c ON c.connector = %s "
+                "AND c.task_code = %s AND c.site_id = t.site_id AND c.parent_key = t.{k}::text "
+                "WHERE t.site_id = %s AND NOT t.is_deleted AND NOT (t.{k}::text = ANY(%s)) "
+                "ORDER BY c.checked_at NULLS FIRST, t.{k} LIMIT %s"
+            ).format(t=sql.Identifier(schema, name), k=sql.Identifier(key.column)),
+            (self.conv.connector, spec.code, site_id, owed, 2 * self.task.recheck_budget),
+        ).fetchall()
+        conn.commit()
+        return [r for (r,) in rows]
+
+    def _seeds(self, site_id: int, pending: list[PipelineRequest]) -> Iterator[PipelineRequest]:
         c = self.conv
         base = {c.site_param: site_id, c.page_param: c.first_page, c.limit_param: self.spec.page_size}
         if self.spec.is_snapshot:
             yield self._list_request(base, ("snapshot", self.spec.code, site_id))
-        for w in windows:
+        for w in self.task.windows:
             params = {**base, c.start_param: fmt(w.start), c.end_param: fmt(w.end)}
             yield self._list_request(params, ("segment", self.spec.code, site_id, w.start, w.end))
         yield from pending
@@ -215,8 +277,17 @@ class BaseOdsTask:
     def _list_request(self, params: dict, scope: tuple) -> PipelineRequest:
         return PipelineRequest(
             endpoint=self.spec.endpoint, params=params, page_size=self.spec.page_size,
-            data_path=self.spec.data_path, list_key=self.spec.list_key, scope=scope,
+            data_path=self.spec.data_path, list_key=self.spec.list_key, scope=scope, gap_class=self.spec.gap_class,
         )
+
+    def _detail_failed(self, request: PipelineRequest, exc: BaseException) -> list | None:
+        """A detail request failed for good: the owed entry learns of it (or leaves, for "not found")."""
+        if not request.is_detail or self.spec.detail is None:
+            return None
+        gone = not getattr(exc, "counts_as_failure", True)
+        text = " ".join(str(exc).split())[:300] or exc.__class__.__name__
+        return [DetailFailed(self.spec.detail.target_table, self.spec.code, self.task.site_id,
+                             request.context["parent_key"], text, gone, request.scope)]
 
     # ----------------------------------------------------------------- scope completions (writer thread)
     def _scope_done(self, writer: OdsWriter, site_id: int, scope: Any, ok: bool,
@@ -240,6 +311,49 @@ class BaseOdsTask:
             note["snapshot"] = f"soft delete skipped: {reason}"
             self.logger.warning("snapshot incomplete, soft delete skipped: %s", reason)
             return None
-        deleted = writer.mark_missing_as_deleted(site_id, snapshot.keys, run_started)
+        deleted = writer.mark_missing_as_deleted(site_id, snapshot.keys, run_started, complete_at=run_started)
         note["snapshot"] = f"complete; {deleted} row(s) soft-deleted"
         return WriteResult(deleted=deleted)
+
+
+
+class _Recheck:
+    """Detail re-checks of a task, handed out lazily after every other seed: a parent already requested
+    in this run (new, changed or owed) is skipped, until the budget is used."""
+
+    def __init__(self, spec, records: list[dict], requested: set, site_id: int, budget: int):
+        self._spec = spec
+        self._records = list(records)
+        self._requested = requested
+        self._site_id = site_id
+        self.budget = budget
+        self.used = 0
+
+    def __iter__(self) -> Iterator[PipelineRequest]:
+        for record in self._records:
+            if self.used >= self.budget:
+                return
+            request = detail_request(self._spec, record)
+            key = (self._site_id, request.context["parent_key"])
+            if key in self._requested:
+                continue
+            self._requested.add(key)
+            request.context["recheck"] = True
+            self.used += 1
+            yield request
+
+
+class _Seeds:
+    """The seeds of a task: its list requests and owed details, then the lazy re-checks. Sized (by the
+    first part) so progress can show seeds left."""
+
+    def __init__(self, seeds: list[PipelineRequest], recheck: _Recheck):
+        self._seeds = seeds
+        self._recheck = recheck
+
+    def __len__(self) -> int:
+        return len(self._seeds)
+
+    def __iter__(self) -> Iterator[PipelineRequest]:
+        yield from self._seeds
+        yield from self._recheck

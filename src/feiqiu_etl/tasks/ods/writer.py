@@ -8,10 +8,12 @@ how many were inserted and updated. Everything else is skipped (not rewritten).
 
 For tasks with Detail_Mode, inserted/updated parents become detail requests (not-yet-requested ids
 only) and are recorded in ``etl_meta.detail_pending`` in the same transaction, so a detail lost to a
-failure, a cancel or a crash is retried by the next run. A parent whose change consists only of fields
-that were not in its stored payload (every field it had is unchanged: schema drift, e.g. the API added a
-field) is updated but asks for no detail, unless the task's ``detail.refetch_on_new_fields`` is set.
-Identifiers always go through ``sql.Identifier``; values are always parameters.
+failure, a cancel or a crash is retried by the next run. A detail that failed counts one attempt there
+(``attempts``, ``last_error``); after ``detail_max_attempts`` it is given up; one the upstream does not
+know (40401) leaves the list. A parent whose change consists only of fields that were not in its stored
+payload (every field it had is unchanged: schema drift, e.g. the API added a field) is updated but asks for
+no detail, unless the task's ``detail.refetch_on_new_fields`` is set. Identifiers always go through
+``sql.Identifier``; values are always parameters.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
 from feiqiu_etl.pipeline.models import PipelineRequest, WriteResult
-from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
+from feiqiu_etl.tasks.ods.rows import DetailDone, DetailFailed, OdsRow, TableLayout
 from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 
 
@@ -44,6 +46,7 @@ def detail_request(spec: OdsTaskSpec, record: dict, *, scope: Any = None) -> Pip
         is_detail=True,
         detail_id=parent_value,
         scope=scope,
+        gap_class=spec.gap_class,
         context={"parent_value": d.parent.convert(parent_value), "parent_key": parent_key(parent_value),
                  "record": record},
     )
@@ -95,19 +98,39 @@ class OdsWriter:
     run_id: str
     connector: str
     detail_scope_follows_rows: bool = True
+    detail_max_attempts: int = 5
     requested_details: set = field(default_factory=set)
+    given_up: list = field(default_factory=list)
     _statements: dict = field(default_factory=dict, repr=False)
+
+    def bind(self, conn: psycopg.Connection) -> "OdsWriter":
+        """Write through ``conn`` from now on (after a reconnect)."""
+        self.conn = conn
+        return self
+
+    def save_state(self) -> tuple:
+        """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
+        return set(self.requested_details), len(self.given_up)
+
+    def restore_state(self, saved: tuple) -> None:
+        requested, given_up = saved
+        self.requested_details = set(requested)
+        del self.given_up[given_up:]
 
     def write(self, rows: list) -> WriteResult:
         """Write one batch in one transaction. Raises on database errors (the batch rolls back)."""
         result = WriteResult()
         tables: dict[str, list[OdsRow]] = {}
         markers: list[DetailDone] = []
+        failures: list[DetailFailed] = []
         for row in rows:
             if isinstance(row, DetailDone):
                 markers.append(row)
+            elif isinstance(row, DetailFailed):
+                failures.append(row)
             else:
                 tables.setdefault(row.table, []).append(row)
+        given_up: list[str] = []
         with self.conn.pipeline() as pipeline:
             with self.conn.transaction():
                 self.conn.execute(_ASYNC_COMMIT)
@@ -116,7 +139,10 @@ class OdsWriter:
                     finish()
                 for marker in markers:
                     self._detail_done(marker, result)
+                for failure in failures:
+                    self._detail_failed(failure, given_up)
             pipeline.sync()
+        self.given_up.extend(given_up)
         return result
 
     # ------------------------------------------------------------------ upsert
@@ -256,8 +282,8 @@ class OdsWriter:
         if pending:
             with self.conn.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO etl_meta.detail_pending (connector, task_code, site_id, parent_key, record) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id, parent_key) "
+                    "INSERT INTO etl_meta.detail_pending (connector, task_code, site_id, parent_key, record, attempts) "
+                    "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (connector, task_code, site_id, parent_key) "
                     "DO UPDATE SET record = EXCLUDED.record, updated_at = now()",
                     pending,
                 )
@@ -267,18 +293,44 @@ class OdsWriter:
         assert layout.parent is not None
         result.deleted += self._soft_delete_missing(
             layout, marker.site_id, marker.seen, marker.fetched_at, parent=(layout.parent.column, marker.parent_value))
+        key = (self.connector, marker.task_code, marker.site_id, marker.parent_key)
+        self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
+                          "AND site_id = %s AND parent_key = %s", key)
         self.conn.execute(
-            "DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
-            "AND site_id = %s AND parent_key = %s",
-            (self.connector, marker.task_code, marker.site_id, marker.parent_key),
-        )
+            "INSERT INTO etl_meta.detail_checked (connector, task_code, site_id, parent_key, checked_at, run_id) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id, parent_key) DO UPDATE "
+            "SET checked_at = EXCLUDED.checked_at, run_id = EXCLUDED.run_id", (*key, marker.fetched_at, self.run_id))
+
+    def _detail_failed(self, failure: DetailFailed, given_up: list[str]) -> None:
+        key = (self.connector, failure.task_code, failure.site_id, failure.parent_key)
+        if failure.gone:
+            self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
+                              "AND site_id = %s AND parent_key = %s", key)
+            return
+        row = self.conn.execute(
+            "UPDATE etl_meta.detail_pending SET attempts = attempts + 1, last_error = %s, updated_at = now() "
+            "WHERE connector = %s AND task_code = %s AND site_id = %s AND parent_key = %s RETURNING attempts",
+            (failure.error, *key)).fetchone()
+        if row is not None and row[0] >= self.detail_max_attempts:
+            self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
+                              "AND site_id = %s AND parent_key = %s", key)
+            given_up.append(failure.parent_key)
 
     # ------------------------------------------------------------------ snapshot soft delete
-    def mark_missing_as_deleted(self, site_id: int, seen_keys: Iterable[tuple], deleted_at: datetime) -> int:
+    def mark_missing_as_deleted(self, site_id: int, seen_keys: Iterable[tuple], deleted_at: datetime,
+                                *, complete_at: datetime | None = None) -> int:
         """Soft-delete live rows of ``site_id`` whose key was not seen (warehouse-model §2.3). One
-        transaction; returns the number of rows marked. Only call after a provably complete snapshot."""
+        transaction; returns the number of rows marked. Only call after a provably complete snapshot;
+        ``complete_at`` records that snapshot as the task's freshness (``etl_meta.snapshot_done``)."""
         with self.conn.transaction():
-            return self._soft_delete_missing(self.layouts[self.spec.table], site_id, list(seen_keys), deleted_at)
+            deleted = self._soft_delete_missing(self.layouts[self.spec.table], site_id, list(seen_keys), deleted_at)
+            if complete_at is not None:
+                self.conn.execute(
+                    "INSERT INTO etl_meta.snapshot_done (connector, task_code, site_id, completed_at, run_id) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) DO UPDATE SET "
+                    "completed_at = EXCLUDED.completed_at, run_id = EXCLUDED.run_id",
+                    (self.connector, self.spec.code, site_id, complete_at, self.run_id))
+            return deleted
 
     def _soft_delete_missing(self, layout: TableLayout, site_id: int, seen: list[tuple], deleted_at: datetime,
                              parent: tuple[str, Any] | None = None) -> int:

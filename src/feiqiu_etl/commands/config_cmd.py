@@ -1,0 +1,98 @@
+"""``feiqiu-etl config show``: every effective setting with its source — default, connector, ``.env``,
+environment, ``--set``/flag, or a fleet lane — and the secrets only as "set"/"not set"."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from feiqiu_etl.cli import _dotenv_names, _overrides, _setup_logging, common_options, with_run_options
+
+
+@click.group()
+def config() -> None:
+    """Inspect the configuration."""
+
+
+@config.command("show")
+@with_run_options
+@click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
+@common_options
+def config_show(as_json, verbose, log_format, **p) -> None:
+    """Every effective setting (global, and per task where it differs from the default) and where it came
+    from. Accepts the options of ``run`` so that flags and ``--set`` show up as they would apply."""
+    _setup_logging(verbose, log_format)
+    from feiqiu_etl.config.app_config import AppConfig, ConfigError
+    from feiqiu_etl.connector import ConnectorError, load_connector
+    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.flowcli import UsageFailure
+    from feiqiu_etl.plan.model import Secret
+
+    overrides, sources = _overrides(p)
+    try:
+        connector = load_connector(p.get("connector_path"))
+        cfg = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=overrides, environ=None,
+                             strict_names=_dotenv_names(), override_sources=sources)
+    except (ConfigError, ConnectorError) as exc:
+        raise UsageFailure(str(exc)) from None
+    rows = _settings(cfg, connector)
+    env_source = lambda name: ".env" if name in _dotenv_names() else "environment"  # noqa: E731
+    token = p.get("token")
+    rows.append({"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {Secret(token).fingerprint()})" if token
+                 else "not set", "source": env_source("FEIQIU_API_TOKEN") if "FEIQIU_API_TOKEN" in os.environ
+                 else ("flag" if token else "-")})
+    rows.append({"key": "FEIQIU_API_BASE", "value": p.get("api_base") or "not set",
+                 "source": env_source("FEIQIU_API_BASE") if "FEIQIU_API_BASE" in os.environ else "flag"})
+    dsn = p.get("dsn")
+    rows.append({"key": "ETL_DB_DSN", "value": redact_dsn(dsn) if dsn else "embedded server",
+                 "source": env_source("ETL_DB_DSN") if "ETL_DB_DSN" in os.environ else ("flag" if dsn else "default")})
+    from feiqiu_etl.db.embedded import etl_home
+
+    rows.append({"key": "FEIQIU_ETL_HOME", "value": str(etl_home()),
+                 "source": env_source("FEIQIU_ETL_HOME") if "FEIQIU_ETL_HOME" in os.environ else "default"})
+    if as_json:
+        click.echo(json.dumps(rows, ensure_ascii=False, default=str))
+        return
+    from feiqiu_etl.report import _compact, _console
+
+    table = _compact()
+    for col in ("key", "value", "source"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["key"], str(r["value"]), r["source"])
+    _console().print(table)
+
+
+def _settings(cfg, connector) -> list[dict]:
+    from feiqiu_etl.config.app_config import DEFAULTS, GLOBAL_KEYS
+    from feiqiu_etl.pipeline.config import PipelineConfig
+
+    rows = []
+    defaults = PipelineConfig()
+    for key in sorted(GLOBAL_KEYS):
+        value = cfg.get(key)
+        if value is None and key.startswith("pipeline."):
+            value = getattr(defaults, key.split(".", 1)[1])
+        if value is None and key == "api.timeout":
+            value, source = connector.api.timeout_seconds, "connector"
+        else:
+            source = cfg.source(key) if cfg.explicit(key) else "default"
+        rows.append({"key": key, "value": value if value is not None else DEFAULTS.get(key), "source": source})
+    for spec in connector.tasks:
+        effective = cfg.pipeline_config(spec.code, spec.pipeline)
+        for name in PipelineConfig.keys():
+            key = f"pipeline.{spec.code.lower()}.{name}"
+            if cfg.explicit(key):
+                source = cfg.source(key)
+            elif name in spec.pipeline:
+                source = "connector"
+            else:
+                continue
+            rows.append({"key": key, "value": getattr(effective, name), "source": source})
+        if spec.gap_class != connector.api.default_gap_class:
+            rows.append({"key": f"{spec.code} gap class", "value": spec.gap_class, "source": "connector"})
+    for name, gap in connector.api.gap_classes.items():
+        rows.append({"key": f"minimum gap, {name} endpoints", "value": f"{gap.min_gap:g} s", "source": "connector"})
+    return rows

@@ -1,0 +1,225 @@
+"""``runs``, ``show``, ``status``, ``cancel`` and ``details``: the run registry and the owed-detail list from
+any process (the running one publishes its status about once a second; cancel goes through the database:
+a durable flag plus LISTEN/NOTIFY, so the run stops within a second)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from typing import Iterator
+
+import click
+import psycopg
+
+from feiqiu_etl.cli import _setup_logging, common_options
+from feiqiu_etl.config.app_config import AppConfig
+from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
+from feiqiu_etl.runs import registry
+
+def dsn_option(fn):
+    fn = click.option("--demo", is_flag=True, help="the demo's database (feiqiu_demo) on the embedded server")(fn)
+    return click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded "
+                        "server")(fn)
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
+
+
+@contextlib.contextmanager
+def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connection]:
+    """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED.
+    ``demo`` opens the demo's database on the embedded server instead."""
+    from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.db.schema import ensure_schemas
+    from feiqiu_etl.demo import DEMO_DATABASE
+
+    if demo:
+        dsn = None
+    config = AppConfig.load(task_codes=(), environ=None)
+    timeout = config.number("db.connect_timeout", float, minimum=0.5, maximum=600)
+    stale = config.number("run.stale_after", float, minimum=2, maximum=86400)
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+        check_database(real_dsn, None, timeout)
+        try:
+            with connector_for(timeout)(real_dsn) as conn:
+                ensure_schemas(conn)
+                registry.sweep_interrupted(conn, stale)
+                yield conn
+        except psycopg.Error as exc:
+            from feiqiu_etl.db.connection import scrub
+
+            raise UsageFailure(f"database error: {scrub(' '.join(str(exc).split()), real_dsn)}") from None
+
+
+def _echo_json(data) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def _resolve(conn: psycopg.Connection, run_id: str) -> str:
+    found = registry.resolve_run_id(conn, run_id)
+    if found is None:
+        raise UsageFailure(f"no run {run_id!r} (see feiqiu-etl runs)")
+    return found
+
+
+@click.command()
+@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--status", type=click.Choice(registry.STATUSES, case_sensitive=False), help="only runs with this status")
+@click.option("--store", type=int, help="only runs that included this store (site id)")
+@dsn_option
+@json_option
+@common_options
+def runs(limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
+    """List runs, newest first: status, start, duration, stores, tasks, rows, requests, rejections, errors."""
+    _setup_logging(verbose, log_format)
+    with warehouse(dsn, demo) as conn:
+        rows = registry.list_runs(conn, limit=limit, status=status, store=store)
+    if as_json:
+        _echo_json(rows)
+        return
+    from feiqiu_etl.report import render_runs
+
+    render_runs(rows)
+
+
+@click.command()
+@click.argument("run_id")
+@dsn_option
+@json_option
+@common_options
+def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
+    """Everything about one run (RUN_ID, a unique prefix of it, or "last"): lanes, stores, tasks, windows,
+    counts, every error, timings and the run's stored log."""
+    _setup_logging(verbose, log_format)
+    with warehouse(dsn, demo) as conn:
+        run = registry.get_run(conn, _resolve(conn, run_id))
+    if as_json:
+        _echo_json(run)
+        return
+    from feiqiu_etl.report import render_show
+
+    render_show(run)
+
+
+@click.command()
+@click.option("--watch", is_flag=True, help="refresh every second until no run is in progress (Ctrl-C stops)")
+@dsn_option
+@json_option
+@common_options
+def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
+    """What each running run is doing now: per lane the current request, the next request due and why, queue
+    depths, rows and rows/s, requests done and estimated remaining, ETA."""
+    _setup_logging(verbose, log_format)
+    with warehouse(dsn, demo) as conn:
+        if as_json:
+            _echo_json(registry.running(conn))
+            return
+        from feiqiu_etl.report import render_status
+
+        if not watch:
+            render_status(registry.running(conn))
+            return
+        from rich.console import Console
+        from rich.live import Live
+
+        from feiqiu_etl.report import progress_view
+
+        with Live(console=Console(), refresh_per_second=2) as live:
+            try:
+                while True:
+                    current = registry.running(conn)
+                    if not current:
+                        break
+                    from rich.console import Group
+
+                    live.update(Group(*[progress_view(r["live"]) for r in current if r.get("live")]))
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+        render_status(registry.running(conn))
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--wait", "wait_s", type=click.FloatRange(0, 3600), default=30, show_default=True,
+              help="wait up to this long for the run to end and print its final status (0 = do not wait)")
+@dsn_option
+@json_option
+@common_options
+def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
+    """Cancel a running run from any process: it stops sending at once, writes what was fetched and ends
+    CANCELLED (exit 5 of the run); a rerun completes it. Exit 0 when cancelled, 2 when it was not running."""
+    _setup_logging(verbose, log_format)
+    with warehouse(dsn, demo) as conn:
+        rid = _resolve(conn, run_id)
+        asked = time.monotonic()
+        before = registry.request_cancel(conn, rid)
+        if before != "RUNNING":
+            raise UsageFailure(f"run {rid} is not running (status {before})")
+        final = "RUNNING"
+        while wait_s and time.monotonic() - asked < wait_s:
+            run = registry.get_run(conn, rid, with_log=False)
+            final = run["status"] if run else "?"
+            if final != "RUNNING":
+                break
+            time.sleep(0.05)
+        took = time.monotonic() - asked
+    if as_json:
+        _echo_json({"run_id": rid, "requested": True, "status": final, "seconds": round(took, 3)})
+    elif final == "RUNNING":
+        click.echo(f"cancel requested for run {rid}; it is still finishing (see feiqiu-etl status)")
+    else:
+        click.echo(f"run {rid}: {final} ({took:.2f} s after the cancel)")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--task", "task_code", help="only this task (e.g. ODS_SETTLEMENT)")
+@click.option("--site-id", type=int, help="only this store")
+@dsn_option
+@json_option
+@common_options
+@click.pass_context
+def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) -> None:
+    """Details still owed by earlier runs (fetched first by the next run), with attempts and last error."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _setup_logging(verbose, log_format)
+    with warehouse(dsn, demo) as conn:
+        from psycopg.rows import dict_row
+
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                "SELECT connector, task_code, site_id, parent_key, attempts, last_error, updated_at "
+                "FROM etl_meta.detail_pending WHERE (%(t)s::text IS NULL OR task_code = %(t)s) "
+                "AND (%(s)s::bigint IS NULL OR site_id = %(s)s) ORDER BY task_code, site_id, updated_at",
+                {"t": task_code.upper() if task_code else None, "s": site_id}).fetchall()
+    if as_json:
+        _echo_json(rows)
+        return
+    from feiqiu_etl.report import render_details
+
+    render_details(rows)
+
+
+@details.command("drop")
+@click.argument("task_code")
+@click.argument("parents", nargs=-1)
+@click.option("--site-id", type=int, help="only this store")
+@click.option("--all", "drop_all", is_flag=True, help="drop every owed detail of the task (no PARENT given)")
+@dsn_option
+@common_options
+def details_drop(task_code, parents, site_id, drop_all, dsn, demo, verbose, log_format) -> None:
+    """Drop owed details of TASK_CODE on purpose: the given PARENT keys, or all of them with --all."""
+    _setup_logging(verbose, log_format)
+    if not parents and not drop_all:
+        raise UsageFailure("name the parent keys to drop, or pass --all")
+    with warehouse(dsn, demo) as conn:
+        cur = conn.execute(
+            "DELETE FROM etl_meta.detail_pending WHERE task_code = %s AND (%s::bigint IS NULL OR site_id = %s) "
+            "AND (%s OR parent_key = ANY(%s))",
+            (task_code.upper(), site_id, site_id, drop_all, list(parents)))
+        conn.commit()
+        n = cur.rowcount
+    click.echo(f"dropped {n} owed detail(s) of {task_code.upper()}")
+    if parents and n < len(parents):
+        sys.exit(3)

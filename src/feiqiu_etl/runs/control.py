@@ -1,0 +1,193 @@
+"""``RunControl``: the background thread that keeps a running run visible and cancellable from outside.
+
+About once a second (``interval``) it publishes the run's heartbeat and live status snapshot to
+``etl_meta.run``, flushes queued log entries to ``etl_meta.run_log``, checks the lane guard and looks at
+the durable cancel flag. In between it waits on ``LISTEN`` (PostgreSQL LISTEN/NOTIFY), so ``feiqiu-etl
+cancel RUN_ID`` wakes it at once; the flag covers a missed notification. It owns one autocommit
+connection; if the database goes away it keeps trying (the run itself decides how long it can live
+without one) and never raises into the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import psycopg
+from psycopg import sql
+
+from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.runs import registry
+from feiqiu_etl.runs.lane_guard import LaneGuard
+
+log = logging.getLogger("feiqiu_etl.control")
+
+
+@dataclass(frozen=True)
+class ControlStatistics:
+    heartbeats: int
+    failed_heartbeats: int
+    log_entries: int
+    cancel_source: str | None
+    last_heartbeat_age: float | None
+
+
+class RunControl:
+    """Heartbeat, live status, stored log and remote cancel of one run (see module docstring).
+
+    ``snapshot()`` returns the live status dict; ``guard`` (optional) is checked each beat and
+    ``on_lane_lost(names)`` is told of lanes whose lock was lost.
+    """
+
+    def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, snapshot: Callable[[], dict],
+                 connect: Callable[[str], psycopg.Connection], interval: float = 1.0,
+                 guard: LaneGuard | None = None, on_lane_lost: Callable[[list[str]], None] | None = None):
+        self._dsn = dsn
+        self._run_id = run_id
+        self._token = token
+        self._snapshot = snapshot
+        self._connect = connect
+        self._interval = interval
+        self._guard = guard
+        self._on_lane_lost = on_lane_lost
+        self._conn: psycopg.Connection | None = None
+        self._logs: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._beats = 0
+        self._failed = 0
+        self._logged = 0
+        self._cancel_source: str | None = None
+        self._last_beat: float | None = None
+
+    # -------------------------------------------------------------------------------------- lifecycle
+    def start(self) -> "RunControl":
+        self._thread = threading.Thread(target=self._loop, name="run-control", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread after a last beat and log flush (waits up to 5 s)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._close()
+
+    def log(self, entry: dict) -> None:
+        """Queue one stored-log entry ``{ts, level, lane, site_id, task, message}`` (thread-safe)."""
+        self._logs.put(entry)
+
+    def request(self, record: dict) -> None:
+        """Queue one lane attempt for the run's timeline (``registry.REQUEST_COLUMNS``; thread-safe)."""
+        self._requests.put(record)
+
+    def flush_now(self) -> None:
+        """Write queued log entries from the calling thread (used at the very end of a run)."""
+        try:
+            self._flush_logs(self._connection())
+        except psycopg.Error:
+            pass
+
+    # -------------------------------------------------------------------------------------- loop
+    def _loop(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            started = time.monotonic()
+            try:
+                conn = self._connection()
+                self._beat(conn)
+                self._flush_logs(conn)
+            except psycopg.Error as exc:
+                self._failed += 1
+                if self._failed in (1, 10) or self._failed % 60 == 0:
+                    log.warning("run control: the database is not answering (%s); retrying", _one_line(exc))
+                self._close()
+            if self._guard is not None:
+                lost = self._guard.check()
+                if lost and self._on_lane_lost is not None:
+                    self._on_lane_lost(lost)
+            if stopping:
+                return
+            self._listen(max(0.0, self._interval - (time.monotonic() - started)))
+
+    def _beat(self, conn: psycopg.Connection) -> None:
+        try:
+            live = self._snapshot()
+        except Exception as exc:  # noqa: BLE001 - a broken snapshot must not stop the heartbeat
+            live = {"error": f"snapshot failed: {_one_line(exc)}"}
+        requested_at, by = registry.heartbeat(conn, self._run_id, live)
+        self._beats += 1
+        self._last_beat = time.monotonic()
+        if requested_at is not None and not self._token.is_cancelled:
+            self._cancel(f"cancel requested by {by or 'another process'}")
+
+    def _flush_logs(self, conn: psycopg.Connection) -> None:
+        for source, write in ((self._logs, registry.append_log), (self._requests, registry.append_requests)):
+            entries = []
+            while True:
+                try:
+                    entries.append(source.get_nowait())
+                except queue.Empty:
+                    break
+            if not entries:
+                continue
+            try:
+                write(conn, self._run_id, entries)
+                self._logged += len(entries) if source is self._logs else 0
+            except psycopg.Error:
+                for e in entries:  # keep them for the next beat
+                    source.put(e)
+                raise
+
+    def _listen(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a cancel notification addressed to this run (or for stop)."""
+        deadline = time.monotonic() + timeout
+        conn = self._conn
+        if conn is None:
+            self._stop.wait(timeout)
+            return
+        try:
+            while not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                for note in conn.notifies(timeout=min(left, 0.25), stop_after=1):
+                    if note.payload == self._run_id and not self._token.is_cancelled:
+                        self._cancel("cancel requested by another process (notification)")
+                        return
+        except psycopg.Error:
+            self._close()
+
+    def _cancel(self, source: str) -> None:
+        self._cancel_source = source
+        log.warning("%s: stopping (no new requests; what was fetched is written)", source)
+        self._token.cancel("remote")
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            conn = self._connect(self._dsn)
+            conn.autocommit = True
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(registry.CANCEL_CHANNEL)))
+            self._conn = conn
+        return self._conn
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+    def statistics(self) -> ControlStatistics:
+        age = time.monotonic() - self._last_beat if self._last_beat is not None else None
+        return ControlStatistics(self._beats, self._failed, self._logged, self._cancel_source, age)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or exc.__class__.__name__

@@ -1,0 +1,72 @@
+"""Helpers for tests that drive the CLI as real processes (cross-process lane guard, cancel, status)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from datetime import timedelta
+
+from feiqiu_etl.connector.windows import fmt
+from flowkit import ANCHOR, FAST
+
+PY = [sys.executable, "-m", "feiqiu_etl"]
+
+
+def run_args(sim, dsn: str, *extra: str, site: int | None = None, settings: dict | None = None,
+             gaps: tuple[float, float] | None = None, window: bool = True) -> list[str]:
+    """``feiqiu-etl run`` against ``sim`` over its whole history (FAST gaps unless ``gaps``: below the
+    upstream's minimum on purpose, hence ``--unsafe-gaps``)."""
+    values = {**FAST, **(settings or {})}
+    if gaps is not None:
+        values.update({"pipeline.rate_min": gaps[0], "pipeline.rate_max": gaps[1]})
+    sets = [f"--set={k}={v}" for k, v in values.items()]
+    span = ["--window-start", fmt(ANCHOR - timedelta(days=sim.config.days)), "--window-end", fmt(ANCHOR)] if window else []
+    return [*PY, "run", "--api-base", sim.base_url, "--site-id", str(site or sim.config.site_ids[0]), "--dsn", dsn,
+            "--no-dwd", "--json", "--unsafe-gaps", "--no-progress", *span, *sets, *extra]
+
+
+def env_for(token: str, **more: str) -> dict:
+    return {**os.environ, "FEIQIU_API_TOKEN": token, **more}
+
+
+def start(args: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, dict | None, str]:
+    out, err = proc.communicate(timeout=timeout)
+    try:
+        data = json.loads(out) if out.strip() else None
+    except ValueError:
+        data = None
+    return proc.returncode, data, err
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*PY, *args], capture_output=True, text=True, env=env or dict(os.environ), timeout=timeout)
+
+
+def cli_json(*args: str, env: dict | None = None, timeout: float = 60):
+    proc = cli(*args, "--json", env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30, every: float = 0.02, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_run(dsn: str, timeout: float = 30) -> dict:
+    """The first RUNNING run of the database at ``dsn`` (from ``feiqiu-etl status --json``)."""
+    return wait_for(lambda: (cli_json("status", "--dsn", dsn) or [None])[0], timeout, every=0.1, what="a running run")
