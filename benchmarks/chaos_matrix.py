@@ -32,7 +32,7 @@ from feiqiu_etl.db.embedded import temporary_server  # noqa: E402
 
 
 def cells(kills: int):
-    for i, moment in enumerate(random_moments(kills, 0.3, 7.0)):
+    for i, moment in enumerate(random_moments(kills, 0.3, 4.5)):
         yield f"kill -9 at {moment:.2f} s", kill_at(moment), {"seed": 100 + i}
     yield "SIGTERM", signal_after(40, signal.SIGTERM), {}
     yield "SIGINT", signal_after(40, signal.SIGINT), {}
@@ -45,7 +45,7 @@ def cells(kills: int):
     yield "5xx bursts", injections(("http500", 3, None, {}), ("http502", 3, "/api/settlement/detail", {}),
                                    ("http503", 4, "/api/member/detail", {}), ("code50001", 3, None, {})), {}
     yield "429/42901 storms", injections(("http429", 6, None, {"retry_after": 1}),
-                                         ("code42901", 6, None, {"retry_after": 1})), {}
+                                         ("code42901", 6, None, {"retry_after": 1})), {"timeout": 600}
     yield "truncated bodies", inject("truncated", 5, None), {}
     yield "non-UTF-8 bodies", inject("non_utf8", 5, None), {}
     yield "responses stalled past the timeout", inject("stall", 2, "/api/settlement/list", stall_seconds=4), {}

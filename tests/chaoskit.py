@@ -150,7 +150,8 @@ def fresh_database(server, name: str) -> str:
 
 
 def run_cell(name: str, server, fault: Callable[[Context], None], *, seed: int = 7, rerun: bool = True,
-             sim_kwargs: dict | None = None, extra: dict | None = None, database: str | None = None) -> CellResult:
+             sim_kwargs: dict | None = None, extra: dict | None = None, database: str | None = None,
+             timeout: float = 180) -> CellResult:
     """One cell: a faulty run (``fault(ctx)`` starts it with :func:`launch` and disturbs it), then one clean
     rerun when ``rerun`` (or when the faulty run did not end SUCCESS), then :func:`verify`."""
     result = CellResult(name)
@@ -159,7 +160,7 @@ def run_cell(name: str, server, fault: Callable[[Context], None], *, seed: int =
         ctx = Context(sim, server, dsn)
         try:
             fault(ctx)
-            first = collect(ctx.proc, result) if ctx.proc is not None else None
+            first = collect(ctx.proc, result, timeout) if ctx.proc is not None else None
             result.notes.extend(ctx.notes)
             if rerun or not first or first.get("status") != "SUCCESS":
                 ctx.sim.faults.clear()
@@ -223,7 +224,7 @@ def restart_server(down_seconds: float = 2.0, mode: int = signal.SIGINT) -> Call
 
         proc = launch(ctx)
         wait_requests(ctx.sim, 30, proc)
-        pid = ctx.server.statistics().pid
+        pid = int((ctx.server.pgdata / "postmaster.pid").read_text().split()[0])  # the live postmaster
         os.kill(pid, mode)  # SIGINT: pg_ctl stop -m fast; SIGQUIT: -m immediate
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -233,7 +234,10 @@ def restart_server(down_seconds: float = 2.0, mode: int = signal.SIGINT) -> Call
             except ProcessLookupError:
                 break
         time.sleep(down_seconds)
-        EmbeddedPostgres(ctx.server.pgdata).start()  # same data folder, same socket, same DSN
+        restarted = EmbeddedPostgres(ctx.server.pgdata).start()  # same data folder, same socket, same DSN
+        import atexit
+
+        atexit.unregister(restarted.stop)  # the harness's own server object stops it at the end
         ctx.notes.append(f"server down {down_seconds:.0f} s")
     return fault
 

@@ -383,7 +383,7 @@ class RequestScheduler:
             else:
                 self._throttled += 1
             if backoff.kind == "throttled" and gap_class is not None:
-                self._raise_floor(gap_class, (gap_at_send or 0.0) + backoff.seconds, backoff.detail)
+                self._raise_floor(gap_class, (gap_at_send or 0.0) + backoff.seconds, backoff.detail, gap_at_send)
         if getattr(error, "transport_failure", False):
             self._transport_streak += 1
             if self._max_transport is not None and self._transport_streak >= self._max_transport \
@@ -395,9 +395,11 @@ class RequestScheduler:
         else:
             self._transport_streak = 0
 
-    def _raise_floor(self, gap_class: str, seconds: float, detail: str) -> None:
+    def _raise_floor(self, gap_class: str, seconds: float, detail: str, gap_at_send: float | None = None) -> None:
         old = self._floors.get(gap_class)
-        if old is not None and old >= seconds:
+        if old is not None and (old >= seconds or (gap_at_send is not None and gap_at_send >= old)):
+            # Sent after the learnt floor and still rejected: not our spacing (another client of the token,
+            # or an upstream hiccup). The demanded wait holds the lane; the floor does not ratchet up.
             return
         self._floors[gap_class] = seconds
         if old is None:
