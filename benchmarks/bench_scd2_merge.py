@@ -212,7 +212,7 @@ def run(dsn: str, rows: int, change_pct: float, sample: int, small_pct: float = 
     out.append(f"notes: row by row is timed on the first {done:,} changed keys only, handed to it for free, and rolled")
     out.append("       back; a real row-by-row merge would also visit the unchanged keys. The full compare reads and")
     out.append("       casts the whole source table; the incremental merge reads the rows changed since its watermark")
-    out.append("       (etl_meta.dwd_dim_watermark) through the fetched_at/deleted_at indexes of ods.member.")
+    out.append("       (etl_meta.dwd_dim_watermark) through the index on the change mark of ods.member.")
     with connect(dsn) as conn:
         total, current = conn.execute("SELECT count(*), count(*) FILTER (WHERE is_current) FROM dwd.dim_member").fetchone()
     assert current == rows and total == rows + changed + small, (total, current)
