@@ -109,6 +109,11 @@ def render_summary(data: dict, console: Console | None = None) -> None:
                                style="red"))
         if (t.get("snapshot_note") or "").startswith("soft delete skipped"):
             console.print(f"[yellow]{t['task']}: {t['snapshot_note']}[/yellow]")
+        for d in t.get("schema_drift", []):  # tasks/ods/drift.py
+            parts = [f"new field(s) {', '.join(d['new_fields'])}" if d["new_fields"] else "",
+                     f"lost field(s) {', '.join(d['lost_fields'])}" if d["lost_fields"] else ""]
+            console.print(f"[yellow]{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
+                          f"(first seen in run {d['first_seen_run']})[/yellow]", overflow="fold")
         if t.get("details_given_up"):
             console.print(f"[yellow]{t['task']}: {len(t['details_given_up'])} owed detail(s) given up[/yellow]")
     rechecks = [t["recheck"] for t in tasks if t.get("recheck")]

@@ -169,3 +169,14 @@ def test_missing_source_or_target_table_fails_that_table_only(env):
         "SourceTableError: dwd.dwd_refund: source table ods.refund does not exist or has no primary key")
     assert errors["dim_table_area"].startswith("UndefinedTable: ") and "dim_table_area" in errors["dim_table_area"]
     assert summary.succeeded == 1
+
+
+def test_dimensions_merge_incrementally_and_dwd_full_compares_every_key(env):
+    """The default merge reads only changed ODS rows; ``full`` (``run --dwd-full``) also sees a row removed
+    behind the ODS contract's back (§2.3 forbids it) and closes its version."""
+    task(env, at(100)).load(only_tables=["dim_goods"])
+    env.conn.execute("DELETE FROM ods.goods WHERE goods_id = %s", (payload("ods.goods", 1)["goodsId"],))
+    quiet = task(env, at(200), run_id="run-2").load(only_tables=["dim_goods"])
+    assert (quiet.tables[0].inserted, quiet.tables[0].closed) == (0, 0)  # nothing changed since the watermark
+    full = task(env, at(300), run_id="run-3", full=True).load(only_tables=["dim_goods"])
+    assert (full.tables[0].inserted, full.tables[0].closed) == (0, 1)

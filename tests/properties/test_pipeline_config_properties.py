@@ -19,7 +19,7 @@ from feiqiu_etl.pipeline.config import PipelineConfig
 
 INT_KEYS = ("workers", "queue_size", "batch_size", "max_consecutive_failures")
 FLOAT_KEYS = ("batch_timeout", "rate_min", "rate_max")
-DEFAULTS = {"workers": 2, "queue_size": 100, "batch_size": 100, "batch_timeout": 5.0,
+DEFAULTS = {"workers": 2, "queue_size": 100, "batch_size": 1000, "batch_timeout": 5.0,
             "rate_min": 5.0, "rate_max": 20.0, "max_consecutive_failures": 10}
 
 

@@ -26,6 +26,7 @@ from feiqiu_etl.api.errors import (
     ApiError, AuthError, BusinessError, ConfigurationError, MalformedResponse, NotFoundError,
     RateLimitedError, ServerError, SiteForbiddenError, TransportFailure,
 )
+from feiqiu_etl import jsonfast
 from feiqiu_etl.pipeline.models import PipelineRequest
 
 
@@ -166,7 +167,7 @@ class APIClient:
         if status != 200:
             raise ApiError("unexpected HTTP status", endpoint=endpoint, http_status=status)
         try:
-            envelope = json.loads(resp.content)
+            envelope = jsonfast.loads(resp.content)  # exact: orjson, stdlib where orjson refuses
         except ValueError:
             raise MalformedResponse("body is not JSON", endpoint=endpoint, http_status=status) from None
         except RecursionError:  # e.g. 100,000 nested arrays: Python's parser gives up; retried like any bad body

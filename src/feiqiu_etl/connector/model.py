@@ -112,6 +112,8 @@ class DetailModel(_Strict):
     list_key: str
     keys: list[KeyModel] = Field(min_length=1)
     parent: KeyModel
+    refetch_on_new_fields: bool = Field(False, description="fetch the detail again when a parent's only change is "
+                                        "newly appeared fields (schema drift); default: keep the stored detail")
 
     @field_validator("target_table")
     @classmethod
@@ -315,6 +317,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
             id_column=d.id_column,
             keys=tuple(k.to_key() for k in d.keys),
             parent=d.parent.to_key(),
+            refetch_on_new_fields=d.refetch_on_new_fields,
         )
     window_column = t.window_column or (snake_case(t.window_field) if t.window_field else None)
     return OdsTaskSpec(

@@ -66,6 +66,9 @@ class DetailSpec:
     id_column: str
     keys: tuple[KeyColumn, ...]
     parent: KeyColumn
+    refetch_on_new_fields: bool = False
+    """False (default): a parent whose only change is fields it did not have before (schema drift) keeps
+    its stored detail, no request is sent. True: every changed parent fetches its detail again."""
 
     @property
     def parent_is_key(self) -> bool:

@@ -32,7 +32,7 @@ class PipelineConfig:
 
     workers: int = 2
     queue_size: int = 100
-    batch_size: int = 100
+    batch_size: int = 1000
     batch_timeout: float = 5.0
     rate_min: float = 5.0
     rate_max: float = 20.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 
 @dataclass
@@ -37,11 +37,15 @@ class PipelineRequest:
 
 @dataclass
 class ResponseItem:
-    """A successful response on its way to a processing worker."""
+    """A successful response on its way to a processing worker.
+
+    ``emit(request)``, set by ``UnifiedPipeline``, sends a follow-up (e.g. the next page) to the lane at once,
+    before ``process_fn`` returns; engines without it take follow-ups from the ``ProcessOutput`` only."""
 
     request: PipelineRequest
     payload: Any
     seq: int
+    emit: Callable[[PipelineRequest], None] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """``WriteWorker``: the ONE thread that writes (spec §2.2, §3.4).
 
 It takes row chunks from the bounded write queue, cuts them into batches of at most ``batch_size`` rows
-(Property 6) and calls ``write_fn`` once per batch. A batch is flushed when it is full, when
-``batch_timeout`` seconds passed since its first row, or as soon as the pipeline upstream of it is idle
-(so rows never wait while the lane sleeps its gap). A failing batch is one write failure: its rows stay
+(Property 6) and calls ``write_fn`` once per batch. Batches adapt to the load: the writer takes every row
+already queued, up to ``batch_size``, and writes as soon as nothing more is queued. So a busy writer writes
+big batches (few transactions per row) and an idle one writes each response at once (rows never wait
+while the lane sleeps its gap). A partial batch also goes when ``batch_timeout`` seconds passed since its
+first row, or when the pipeline upstream of it is idle. A failing batch is one write failure: its rows stay
 counted as failed and the next batch is unaffected (Property 13; the transaction is ``write_fn``'s).
 
 It also runs scope completions (e.g. checkpoint a window segment) in order with the writes, on the
@@ -68,6 +70,7 @@ class WriteWorker:
         self._on_scope = on_scope
         self._batch = _Batch()
         self.batches_written = 0
+        self.rows_written = 0
         self.seconds_writing = 0.0
 
     def run(self) -> None:
@@ -87,6 +90,13 @@ class WriteWorker:
                 self._on_scope(item)
                 continue
             self._add(item)
+            if self._q.empty():  # nothing more queued: write what we have now (adaptive batches)
+                self._flush()
+
+    def statistics(self) -> dict:
+        """Snapshot: batches and rows handed to ``write_fn``, seconds spent in it, rows waiting in the batch."""
+        return {"batches_written": self.batches_written, "rows_written": self.rows_written,
+                "seconds_writing": round(self.seconds_writing, 3), "rows_pending": len(self._batch.rows)}
 
     def _next_item(self) -> Any:
         if not self._batch.rows:
@@ -121,6 +131,7 @@ class WriteWorker:
             error = exc
         self.seconds_writing += time.monotonic() - started
         self.batches_written += 1
+        self.rows_written += len(batch.rows)
         self._on_written(batch.rows, batch.scopes, result, error)
 
 

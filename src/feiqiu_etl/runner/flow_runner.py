@@ -188,7 +188,7 @@ class FlowRunner:
                 slot.run(lambda conn: ensure_dwd_tables(conn, mapping))
             task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
                                logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.token.event,
-                               health=self.health)
+                               health=self.health, full=dwd.full)
             self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL

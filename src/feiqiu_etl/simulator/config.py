@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 SHANGHAI = timezone(timedelta(hours=8), "Asia/Shanghai")
 """Asia/Shanghai has no DST, so a fixed +08:00 offset is exact (upstream-api.md §1.2)."""
@@ -110,7 +111,9 @@ class SimulatorConfig:
     ``processing_delay`` is slept inside every accepted request. ``churn_between_pages`` makes the data change
     between the pages of one listing (upstream-api.md §1.5), deterministically per seed. ``site_factors``
     multiplies every count of the scale profile for some stores (e.g. ``{site: 10}``: one store ten times
-    bigger than the others of its token).
+    bigger than the others of its token). ``extra_fields`` (schema drift, e.g. ``{"*": {"newField": 1}}``)
+    adds fields to every record of the list endpoints of the named task codes (``"*"``: all);
+    ``Simulator.add_field`` does the same while running.
     """
 
     seed: int = 7
@@ -126,6 +129,7 @@ class SimulatorConfig:
     processing_delay: float = 0.0
     churn_between_pages: bool = False
     site_factors: Mapping[int, float] | None = None
+    extra_fields: Mapping[str, Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:

@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -157,6 +158,14 @@ class Simulator:
 
     def clear_log(self) -> None:
         self.log.clear()
+
+    def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
+        """Schema drift: from now on every list record of ``task_code`` (``"*"``: all) carries ``name: value``."""
+        self.service.add_field(name, value, task_code)
+
+    def remove_field(self, name: str, task_code: str = "*") -> None:
+        """Undo :meth:`add_field` (or a configured ``extra_fields`` entry) for ``task_code``."""
+        self.service.remove_field(name, task_code)
 
     def inject(self, path: str | None = None, kind: str = "http500", count: int = 1, retry_after: int = 1,
                stall_seconds: float = 5.0) -> None:

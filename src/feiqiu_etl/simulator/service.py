@@ -111,6 +111,22 @@ class Service:
         self._token_sites = config.token_sites()
         self._trace = 0
         self._trace_lock = threading.Lock()
+        self._extra: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (config.extra_fields or {}).items()}
+        self._extra_lock = threading.Lock()
+
+    def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
+        """From now on every list record of ``task_code`` (``"*"``: every task) carries ``name: value``."""
+        with self._extra_lock:
+            self._extra.setdefault(task_code, {})[name] = value
+
+    def remove_field(self, name: str, task_code: str = "*") -> None:
+        """Undo :meth:`add_field` (or a configured ``extra_fields`` entry) for ``task_code``."""
+        with self._extra_lock:
+            self._extra.get(task_code, {}).pop(name, None)
+
+    def _extra_fields(self, task_code: str) -> dict[str, Any]:
+        with self._extra_lock:
+            return {**self._extra.get("*", {}), **self._extra.get(task_code, {})}
 
     # --- entry point -------------------------------------------------------------------------------------------
     def handle(self, method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
@@ -200,6 +216,9 @@ class Service:
             self.dataset.churn(endpoint.task_code, site_id)
         records = self.dataset.select(endpoint, site_id, start, end)
         chunk = records[(page - 1) * limit: page * limit]
+        extra = self._extra_fields(endpoint.task_code)
+        if extra:  # schema drift: fields the records did not have before
+            chunk = [{**record, **extra} for record in chunk]
         return shape_list(endpoint, chunk, len(records), page, limit), len(chunk)
 
     def _detail(self, endpoint: DetailEndpoint, site_id: int, body: dict) -> tuple[dict, int]:

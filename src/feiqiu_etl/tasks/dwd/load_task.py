@@ -113,7 +113,8 @@ def _one_line(exc: BaseException) -> str:
 class DwdLoadTask:
     """Load the DWD tables of ``mapping`` from the ODS tables of the database at ``dsn``.
 
-    ``cancel_event`` stops starting tables. ``parallel_workers`` (>= 1) bounds the threads per group; ``run_id`` is written to every row; ``now``
+    ``cancel_event`` stops starting tables. Dimensions merge incrementally (only ODS rows changed since their
+    watermark) unless ``full`` (``--dwd-full``: compare everything, as the first merge of a dimension does). ``parallel_workers`` (>= 1) bounds the threads per group; ``run_id`` is written to every row; ``now``
     (timezone-aware) fixes the SCD2 timestamp of every :meth:`load`, else each ``load()`` takes the current
     time once. The DWD tables must exist (:func:`~feiqiu_etl.tasks.dwd.schema.ensure_dwd_tables`).
     Raises ``ValueError`` for a bad ``parallel_workers``, an empty ``run_id`` or a naive ``now``.
@@ -121,7 +122,7 @@ class DwdLoadTask:
 
     def __init__(self, dsn: str, mapping: DwdMapping, *, parallel_workers: int = 4, run_id: str,
                  logger: logging.Logger | None = None, now: datetime | None = None,
-                 cancel_event: threading.Event | None = None, health: Any = None):
+                 cancel_event: threading.Event | None = None, health: Any = None, full: bool = False):
         if parallel_workers < 1:
             raise ValueError(f"parallel_workers must be >= 1, got {parallel_workers}")
         if not run_id:
@@ -136,6 +137,7 @@ class DwdLoadTask:
         self.now = now
         self.cancel_event = cancel_event
         self.health = health  # a feiqiu_etl.db.health.DatabaseHealth: a lost connection retries the table
+        self.full = full
 
     def load(self, only_tables: list[str] | None = None, serial: bool = False) -> DwdSummary:
         """Merge the dimensions, then load the facts; return the :class:`DwdSummary`.
@@ -165,7 +167,7 @@ class DwdLoadTask:
     def _load_one(self, table: DwdTable, now: datetime) -> tuple[LoadCounts, int, list[QuarantinedRow]]:
         def load(conn) -> tuple[LoadCounts, int, list[QuarantinedRow]]:
             if table.is_dimension:
-                counts = merge_dim_scd2(conn, table, now=now, run_id=self.run_id)
+                counts = merge_dim_scd2(conn, table, now=now, run_id=self.run_id, incremental=not self.full)
             else:
                 counts = load_fact(conn, table, run_id=self.run_id)
             held_count, held_rows = held(conn, table)

@@ -16,6 +16,7 @@ from feiqiu_etl.db.schema import ensure_schemas
 from feiqiu_etl.tasks.dwd.casts import names, sql_type, target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.quarantine import ensure_quarantine_table
+from feiqiu_etl.tasks.dwd.watermark import ensure_change_tracking
 
 DDL_LOCK = "feiqiu_etl.ddl"  # the same advisory lock as db.schema, so DDL of both layers never interleaves
 
@@ -54,6 +55,7 @@ def ensure_dwd_tables(conn: psycopg.Connection, mapping: DwdMapping) -> None:
                 conn.execute(stmt)
             _check_columns(conn, table)
         conn.execute(_WATERMARK_DDL)
+        ensure_change_tracking(conn, mapping)  # dimension watermarks + change indexes on their ODS sources
         ensure_quarantine_table(conn)
 
 

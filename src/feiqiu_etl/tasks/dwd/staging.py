@@ -112,7 +112,9 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None,
     )
     bk = [sql.Identifier("c", k) for k in table.key]
     if table.is_dimension:
-        extra = sql.SQL("{} AS change_hash").format(change_hash_sql(table))
+        # mark and the ODS key: the dimension's change watermark and key alignment (tasks/dwd/watermark.py)
+        extra = sql.SQL("{} AS change_hash, c._mark AS mark{}").format(
+            change_hash_sql(table), sql.SQL("").join(sql.SQL(", c.{}").format(a) for a in key_aliases))
     else:
         extra = sql.SQL("c.content_hash AS src_content_hash, c.fetched_at AS src_fetched_at, c._mark AS mark")
     if bad:
@@ -128,8 +130,10 @@ def _select_source(table: DwdTable, ods_keys: list[str], since: datetime | None,
 def stage_source(conn: psycopg.Connection, table: DwdTable, *, since: datetime | None = None) -> int:
     """Fill ``pg_temp.dwd_stage`` with the source of ``table``; return the number of source rows staged.
 
-    ``since`` (facts only) keeps the ODS rows whose ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))``
-    is ``>= since`` (warehouse-model §5.1); dimensions always read the whole source (§4.2).
+    ``since`` keeps the ODS rows whose ``GREATEST(fetched_at, COALESCE(deleted_at, fetched_at))`` is
+    ``>= since``: facts (warehouse-model §5.1) and incremental dimension merges (§4.2, ``watermark.py``);
+    without it the whole source is read. A dimension's stage also holds ``mark`` and the ODS key columns
+    ``_k0…`` (its watermark and key alignment).
 
     A row that cannot be loaded — a payload that does not cast (``"abc"`` or ``"1e40"`` for money) or an
     empty business key — is left out and quarantined (:mod:`~feiqiu_etl.tasks.dwd.quarantine`) instead of

@@ -3,14 +3,20 @@
 Canonical form: keys sorted, no whitespace, non-ASCII unescaped (UTF-8), integers as exact digits.
 ``\\uXXXX`` versus raw UTF-8 on the wire therefore gives the same hash; ``"12.5"`` vs ``"12.50"`` does not.
 ``\\u0000`` is removed from strings before hashing and storing, because PostgreSQL ``jsonb``/``text``
-reject it (ENGINE-NOTES).
+reject it (ENGINE-NOTES). The text comes from :mod:`feiqiu_etl.jsonfast` (orjson where it is byte-identical
+to the standard library's ``json.dumps``, the standard library otherwise).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
+
+from feiqiu_etl.jsonfast import canonical_bytes
+
+NUL_ESCAPE = "\\u0000"
+"""How a ``\\u0000`` in a string shows in canonical text: a record whose text lacks it has none to strip."""
+NUL_ESCAPE_BYTES = NUL_ESCAPE.encode("ascii")
 
 
 def strip_nul(value: Any) -> Any:
@@ -26,7 +32,20 @@ def strip_nul(value: Any) -> Any:
 
 def canonical_json(record: Any) -> str:
     """Canonical JSON text of ``record`` (sorted keys, compact, UTF-8 unescaped, exact integers)."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return canonical_bytes(record).decode("utf-8")
+
+
+def canonical_row(record: Any) -> tuple[Any, bytes, str]:
+    """``(record without \\u0000, canonical JSON as UTF-8 bytes, content_hash)`` in one pass over the record.
+
+    The NUL scan (:func:`strip_nul`) only runs when the canonical text shows a ``\\u0000`` escape. Raises
+    ``ValueError`` (non-finite float, lone surrogate), ``TypeError`` or ``RecursionError`` like
+    :func:`canonical_json`."""
+    data = canonical_bytes(record)
+    if NUL_ESCAPE_BYTES in data:
+        record = strip_nul(record)
+        data = canonical_bytes(record)
+    return record, data, hashlib.sha256(data).hexdigest()
 
 
 def content_hash(record: Any) -> str:

@@ -34,16 +34,17 @@ def layouts_for(spec: OdsTaskSpec) -> dict[str, TableLayout]:
     return out
 
 
-@dataclass
+@dataclass(slots=True)
 class OdsRow:
-    """One record bound for an ODS table. ``keys``/``extra`` follow the layout's column order."""
+    """One record bound for an ODS table. ``keys``/``extra`` follow the layout's column order; ``payload`` is
+    the canonical JSON (UTF-8 bytes from processing; a str is accepted too)."""
 
     table: str
     site_id: int
     keys: tuple
     extra: tuple
     window: datetime | None
-    payload: str
+    payload: bytes | str
     content_hash: str
     fetched_at: datetime
     record: dict = field(repr=False)

@@ -27,6 +27,7 @@ from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteRes
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
 from feiqiu_etl.plan.model import TaskPlan
+from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
@@ -72,6 +73,7 @@ class TaskRun:
     details_given_up: list[str] = field(default_factory=list)
     skipped: str | None = None
     recheck: dict | None = None
+    schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
 
     @property
     def status(self) -> str:
@@ -83,7 +85,7 @@ class TaskRun:
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
-            **self.result.to_dict(),
+            "schema_drift": self.schema_drift, **self.result.to_dict(),
         }
 
     @classmethod
@@ -156,9 +158,10 @@ class BaseOdsTask:
                                detail_scope_follows_rows=not spec.is_snapshot,
                                detail_max_attempts=self.detail_max_attempts)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
+            fields = FieldTracker()
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
-                                     snapshot=snapshot)
+                                     snapshot=snapshot, fields=fields)
             pipeline = UnifiedPipeline(self.transport, self.task.config, lane=self.lane,
                                        cancel_token=self.cancel_token, logger=self.logger, tenant=self.tenant,
                                        abortable=self.abortable)
@@ -188,6 +191,7 @@ class BaseOdsTask:
             finally:
                 if self.observer:
                     self.observer(None)
+            drift = self._drift(slot, fields)
         finally:
             slot.close()
         for parent in writer.given_up:
@@ -197,7 +201,17 @@ class BaseOdsTask:
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
                        lane=self.lane_name, first_load=self.task.first_load,
                        owed_details=len(pending), details_given_up=list(writer.given_up),
-                       recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None)
+                       recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None,
+                       schema_drift=drift)
+
+    def _drift(self, slot, fields: FieldTracker) -> list[dict]:
+        """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
+        try:
+            return slot.run(lambda conn: record_drift(conn, connector=self.conv.connector, task_code=self.spec.code,
+                                                      run_id=self.run_id, tracker=fields, logger=self.logger))
+        except Exception as exc:  # noqa: BLE001 - the data is loaded; only the report is missing
+            self.logger.error("schema drift not recorded: %s", exc)
+            return []
 
     # ----------------------------------------------------------------- planning leftovers (I/O)
     def _record_horizon(self, conn: psycopg.Connection) -> None:

@@ -1,16 +1,19 @@
 """The ODS write path (warehouse-model.md §2.3), used by the pipeline's single writer thread.
 
-Per batch, ONE transaction: for each table, keys are de-duplicated (the last occurrence wins), rows are
-``COPY``-ed into a temporary staging table, then one ``INSERT … SELECT … ON CONFLICT … DO UPDATE …
-WHERE content_hash IS DISTINCT FROM … OR is_deleted`` writes only new or changed rows and returns
-which were inserted and which updated. Everything else is skipped (not rewritten).
+Per batch, ONE transaction, sent in ONE round trip (psycopg pipeline mode: ``BEGIN``, one statement per
+table, ``COMMIT``, then a single sync). For each table, keys are de-duplicated (the last occurrence wins)
+and the rows travel as column arrays (``unnest``) into one ``INSERT … SELECT … ON CONFLICT … DO UPDATE …
+WHERE content_hash IS DISTINCT FROM … OR is_deleted``, which writes only new or changed rows and reports
+how many were inserted and updated. Everything else is skipped (not rewritten).
 
 For tasks with Detail_Mode, inserted/updated parents become detail requests (not-yet-requested ids
 only) and are recorded in ``etl_meta.detail_pending`` in the same transaction, so a detail lost to a
 failure, a cancel or a crash is retried by the next run. A detail that failed counts one attempt there
 (``attempts``, ``last_error``); after ``detail_max_attempts`` it is given up; one the upstream does not
-know (40401) leaves the list. Identifiers always go through ``sql.Identifier``; values are always
-parameters.
+know (40401) leaves the list. A parent whose change consists only of fields that were not in its stored
+payload (every field it had is unchanged: schema drift, e.g. the API added a field) is updated but asks for
+no detail, unless the task's ``detail.refetch_on_new_fields`` is set. Identifiers always go through
+``sql.Identifier``; values are always parameters.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from datetime import datetime
 from typing import Any, Iterable
 
 import psycopg
-from psycopg import sql
+from psycopg import postgres, sql
+from psycopg.adapt import Dumper
 from psycopg.types.json import Jsonb
 
 from feiqiu_etl.pipeline.models import PipelineRequest, WriteResult
@@ -48,6 +52,38 @@ def detail_request(spec: OdsTaskSpec, record: dict, *, scope: Any = None) -> Pip
     )
 
 
+_ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+"""A batch's COMMIT does not wait for its WAL flush. Still atomic, and ordered: WAL is replayed in order, so a
+server crash can only lose the latest batches together with any later checkpoint, never a checkpoint without
+its rows (those segments are fetched again). The run's synchronous commit of ``etl_meta.run`` flushes all."""
+
+
+class _TextBytes(Dumper):
+    """Send ``bytes`` that hold UTF-8 text as a text parameter, as they are (no decode, no bytea escaping)."""
+
+    oid = postgres.types["text"].oid
+
+    def dump(self, obj: bytes) -> bytes:
+        return obj
+
+
+def _literal(values: list, sql_type: str) -> str:
+    """A PostgreSQL array literal (``'{1,2}'``, ``'{"a","b\\"c"}'``) of ints, strings or aware datetimes;
+    None is NULL. Strings are double-quoted with ``\\`` and ``"`` escaped; ISO datetimes need no quotes."""
+    if sql_type in ("bigint", "integer"):
+        return "{" + ",".join([str(v) for v in values]) + "}"
+    if sql_type == "timestamptz":
+        seen: dict[datetime, str] = {}  # fetched_at is one object per page
+        parts = []
+        for v in values:
+            text = seen.get(v) if v is not None else "NULL"
+            if text is None:
+                text = seen[v] = v.isoformat()
+            parts.append(text)
+        return "{" + ",".join(parts) + "}"
+    return "{" + ",".join(['"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
+
+
 def parent_key(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
@@ -65,13 +101,11 @@ class OdsWriter:
     detail_max_attempts: int = 5
     requested_details: set = field(default_factory=set)
     given_up: list = field(default_factory=list)
-    _staged: set = field(default_factory=set)
+    _statements: dict = field(default_factory=dict, repr=False)
 
     def bind(self, conn: psycopg.Connection) -> "OdsWriter":
-        """Write through ``conn`` from now on (after a reconnect: staging tables are per session)."""
-        if conn is not self.conn:
-            self.conn = conn
-            self._staged.clear()
+        """Write through ``conn`` from now on (after a reconnect)."""
+        self.conn = conn
         return self
 
     def save_state(self) -> tuple:
@@ -82,7 +116,6 @@ class OdsWriter:
         requested, given_up = saved
         self.requested_details = set(requested)
         del self.given_up[given_up:]
-        self._staged.clear()
 
     def write(self, rows: list) -> WriteResult:
         """Write one batch in one transaction. Raises on database errors (the batch rolls back)."""
@@ -98,86 +131,142 @@ class OdsWriter:
             else:
                 tables.setdefault(row.table, []).append(row)
         given_up: list[str] = []
-        try:
+        with self.conn.pipeline() as pipeline:
             with self.conn.transaction():
-                for table, table_rows in tables.items():
-                    self._upsert(self.layouts[table], table_rows, result)
+                self.conn.execute(_ASYNC_COMMIT)
+                pending = [self._upsert(self.layouts[table], table_rows, result) for table, table_rows in tables.items()]
+                for finish in pending:
+                    finish()
                 for marker in markers:
                     self._detail_done(marker, result)
                 for failure in failures:
                     self._detail_failed(failure, given_up)
-        except BaseException:
-            self._staged.clear()  # staging tables created in the rolled-back transaction are gone
-            raise
+            pipeline.sync()
         self.given_up.extend(given_up)
         return result
 
     # ------------------------------------------------------------------ upsert
-    def _upsert(self, layout: TableLayout, rows: list[OdsRow], result: WriteResult) -> None:
+    def _upsert(self, layout: TableLayout, rows: list[OdsRow], result: WriteResult):
+        """Queue the upsert of ``rows``; return the step that reads its outcome (run inside the transaction)."""
         latest: dict[tuple, OdsRow] = {}
         for row in rows:
             latest[(row.site_id, row.keys)] = row
         result.skipped += len(rows) - len(latest)  # superseded within the batch (last one wins)
-        stage = self._stage(layout)
-        columns = self._columns(layout)
-        with self.conn.cursor() as cur:
-            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
-                    sql.Identifier(stage), sql.SQL(", ").join(map(sql.Identifier, columns)))) as copy:
-                for row in latest.values():
-                    copy.write_row(self._values(layout, row))
-            changed = cur.execute(self._upsert_sql(layout, stage, columns)).fetchall()
-        inserted = sum(1 for r in changed if r[0])
-        result.inserted += inserted
-        result.updated += len(changed) - inserted
-        result.skipped += len(latest) - len(changed)
-        if self.spec.detail is not None and layout.table == self.spec.table:
-            changed_keys = {(r[1], tuple(r[2:])) for r in changed}
-            self._queue_details(latest.values(), changed_keys, result)
+        parents = self.spec.detail is not None and layout.table == self.spec.table
+        statement = self._statement(layout, parents)
+        arrays, payloads = self._arrays(layout, list(latest.values()))
+        params = [self.run_id, *arrays, payloads]  # in the order of the statement's placeholders
+        if parents:  # the stored rows of these keys, read before the upsert (drift-only changes)
+            params = arrays[:1 + len(layout.keys)] + params
+        cur = self.conn.cursor()
+        cur.adapters.register_dumper(bytes, _TextBytes)  # this cursor only: the payload array is UTF-8 text
+        cur.execute(statement, params)
 
-    def _columns(self, layout: TableLayout) -> list[str]:
-        cols = ["site_id", *layout.key_columns, *(k.column for k in layout.extra)]
+        def finish() -> None:
+            if not parents:
+                inserted, changed = cur.fetchone()
+                cur.close()
+                result.inserted += inserted
+                result.updated += changed - inserted
+                result.skipped += len(latest) - changed
+                return
+            changed = cur.fetchall()
+            cur.close()
+            inserted = sum(1 for r in changed if r[0])
+            result.inserted += inserted
+            result.updated += len(changed) - inserted
+            result.skipped += len(latest) - len(changed)
+            refetch = self.spec.detail.refetch_on_new_fields
+            wanted = {(r[2], tuple(r[3:])) for r in changed if refetch or not r[1]}
+            self._queue_details(latest.values(), wanted, result)
+
+        return finish
+
+    def _arrays(self, layout: TableLayout, rows: list[OdsRow]) -> tuple[list[str], str]:
+        """The batch as PostgreSQL array literals, one per column of ``_columns`` but the payload, and the
+        payloads as ONE JSON array (UTF-8 bytes, sent as text: see ``_TextBytes``). Built with string joins: dumping Python lists element by element
+        was the writer's largest cost (profile in benchmarks/results/vs_peers.txt)."""
+        columns = [_literal([r.site_id for r in rows], "bigint")]
+        for i, k in enumerate(layout.keys):
+            columns.append(_literal([r.keys[i] for r in rows], k.sql_type))
+        for i, k in enumerate(layout.extra):
+            columns.append(_literal([r.extra[i] for r in rows], k.sql_type))
         if layout.window_column:
-            cols.append(layout.window_column)
-        return cols + ["payload", "content_hash", "fetched_at", "run_id"]
+            columns.append(_literal([r.window for r in rows], "timestamptz"))
+        columns.append("{" + ",".join([r.content_hash for r in rows]) + "}")  # hex digests: nothing to quote
+        columns.append(_literal([r.fetched_at for r in rows], "timestamptz"))
+        payloads = [r.payload if type(r.payload) is bytes else r.payload.encode("utf-8") for r in rows]
+        return columns, b"[" + b",".join(payloads) + b"]"
 
-    def _values(self, layout: TableLayout, row: OdsRow) -> tuple:
-        values: list[Any] = [row.site_id, *row.keys, *row.extra]
+    def _columns(self, layout: TableLayout) -> list[tuple[str, str]]:
+        """(column, SQL type) of the unnest arrays, in ``_arrays`` order (the payload travels apart)."""
+        cols = [("site_id", "bigint"), *((k.column, k.sql_type) for k in layout.keys),
+                *((k.column, k.sql_type) for k in layout.extra)]
         if layout.window_column:
-            values.append(row.window)
-        return (*values, row.payload, row.content_hash, row.fetched_at, self.run_id)
+            cols.append((layout.window_column, "timestamptz"))
+        return cols + [("content_hash", "text"), ("fetched_at", "timestamptz")]
 
-    def _stage(self, layout: TableLayout) -> str:
-        schema, name = split_table(layout.table)
-        stage = f"stage_{schema}_{name}"
-        if stage not in self._staged:
-            self.conn.execute(sql.SQL(
-                "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-            ).format(sql.Identifier(stage), sql.Identifier(schema, name)))
-            self._staged.add(stage)
-        return stage
+    def _statement(self, layout: TableLayout, parents: bool) -> sql.Composed:
+        key = (layout.table, parents)
+        cached = self._statements.get(key)
+        if cached is None:
+            cached = self._statements[key] = self._upsert_sql(layout, parents)
+        return cached
 
-    def _upsert_sql(self, layout: TableLayout, stage: str, columns: list[str]) -> sql.Composed:
+    def _upsert_sql(self, layout: TableLayout, parents: bool) -> sql.Composed:
+        """One statement: unnest the column arrays (and the payload array, by position), upsert by key, count
+        (or, for detail parents, list with a drift-only flag) the rows written. Key types come from the
+        closed ``SqlKeyType`` list."""
         schema, name = split_table(layout.table)
         target = sql.Identifier(schema, name)
+        typed = self._columns(layout)
         conflict = ["site_id", *layout.key_columns]
+        columns = [c for c, _ in typed] + ["payload", "run_id"]
         updatable = [c for c in columns if c not in conflict]
         sets = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in updatable]
         sets += [sql.SQL("is_deleted = false"), sql.SQL("deleted_at = NULL")]
-        cols = sql.SQL(", ").join(map(sql.Identifier, columns))
-        return sql.SQL(
-            "INSERT INTO {target} AS t ({cols}) SELECT {cols} FROM {stage} "
+        arrays = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for _, t in typed)
+        alias = sql.SQL(", ").join(sql.Identifier(c) for c, _ in typed)
+        select = sql.SQL(", ").join([sql.SQL("s.{}").format(sql.Identifier(c)) for c, _ in typed]
+                                    + [sql.SQL("j.payload::jsonb"), sql.SQL("%s")])
+        keys = sql.SQL(", ").join(sql.Identifier(c) for c in conflict)
+        same = sql.SQL(" AND ").join(sql.SQL("o.{c} = s.{c}").format(c=sql.Identifier(c)) for c in conflict)
+        # The payloads travel as ONE json text: only the rows that are new or changed are parsed into jsonb,
+        # and an unchanged live row is dropped before the upsert (no row lock, no WAL: a re-run writes nothing).
+        upsert = sql.SQL(
+            "INSERT INTO {target} AS t ({cols}) SELECT {select} FROM unnest({arrays}) WITH ORDINALITY AS s({alias}, n) "
+            "JOIN json_array_elements(%s::json) WITH ORDINALITY AS j(payload, n) USING (n) "
+            "WHERE NOT EXISTS (SELECT 1 FROM {target} o WHERE {same} AND o.content_hash = s.content_hash "
+            "AND NOT o.is_deleted) "
             "ON CONFLICT ({conflict}) DO UPDATE SET {sets} "
             "WHERE t.content_hash IS DISTINCT FROM EXCLUDED.content_hash OR t.is_deleted "
-            "RETURNING (xmax = 0), {keys}"
+            "RETURNING (xmax = 0) AS inserted, {ret}"
         ).format(
-            target=target, cols=cols, stage=sql.Identifier(stage),
-            conflict=sql.SQL(", ").join(map(sql.Identifier, conflict)),
-            sets=sql.SQL(", ").join(sets),
-            keys=sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(c)) for c in conflict),
+            target=target, cols=sql.SQL(", ").join(map(sql.Identifier, columns)), select=select,
+            arrays=arrays, alias=alias, conflict=keys, sets=sql.SQL(", ").join(sets), same=same,
+            ret=sql.SQL(", ").join([keys, sql.SQL("t.payload")] if parents else [keys]),
         )
+        if not parents:
+            return sql.SQL("WITH w AS ({}) SELECT count(*) FILTER (WHERE inserted), count(*) FROM w").format(upsert)
+        # Detail parents: the stored payload before this statement (one snapshot for the whole WITH) tells a
+        # drift-only change: the new payload minus the fields the old one lacked equals the old payload.
+        match = sql.SQL(" AND ").join(sql.SQL("p.{c} = w.{c}").format(c=sql.Identifier(c)) for c in conflict)
+        old_keys = sql.SQL(" AND ").join(
+            sql.SQL("o.{c} = ANY(%s::{t}[])").format(c=sql.Identifier(c), t=sql.SQL(t))
+            for c, t in typed[:len(conflict)])
+        return sql.SQL(
+            "WITH prev AS MATERIALIZED (SELECT {okeys}, o.payload, o.is_deleted FROM {target} o WHERE {old_keys}), "
+            "w AS ({upsert}) "
+            "SELECT w.inserted, COALESCE(NOT p.is_deleted AND p.payload = w.payload - ARRAY("
+            "SELECT jsonb_object_keys(w.payload) EXCEPT SELECT jsonb_object_keys(p.payload)), false), {wkeys} "
+            "FROM w LEFT JOIN prev p ON {match}"
+        ).format(okeys=sql.SQL(", ").join(sql.SQL("o.{}").format(sql.Identifier(c)) for c in conflict),
+                 target=target, old_keys=old_keys, upsert=upsert, match=match,
+                 wkeys=sql.SQL(", ").join(sql.SQL("w.{}").format(sql.Identifier(c)) for c in conflict))
 
     # ------------------------------------------------------------------ details
     def _queue_details(self, rows: Iterable[OdsRow], changed: set, result: WriteResult) -> None:
+        """Detail requests for the parents in ``changed``; every other row counts as ``follow_ups_skipped``."""
         pending: list[tuple] = []
         for row in rows:
             if (row.site_id, row.keys) not in changed:
@@ -260,13 +349,14 @@ class OdsWriter:
             scope = sql.SQL(" AND t.{} = %s").format(sql.Identifier(parent[0]))
             params.append(parent[1])
         query = sql.SQL(
-            "UPDATE {t} AS t SET is_deleted = true, deleted_at = %s "
+            "WITH u AS (UPDATE {t} AS t SET is_deleted = true, deleted_at = %s "
             "WHERE t.site_id = %s{scope} AND NOT t.is_deleted "
-            "AND NOT EXISTS (SELECT 1 FROM unnest({unnest}) AS s({alias}) WHERE {match})"
+            "AND NOT EXISTS (SELECT 1 FROM unnest({unnest}) AS s({alias}) WHERE {match}) RETURNING 1) "
+            "SELECT count(*) FROM u"  # a count that also reads back in pipeline mode (rowcount does not)
         ).format(t=sql.Identifier(schema, name), scope=scope, unnest=unnest, alias=alias, match=match)
         with self.conn.cursor() as cur:
             cur.execute(query, (*params, *arrays))
-            return cur.rowcount
+            return cur.fetchone()[0]
 
     def checkpoint_window(self, site_id: int, start: datetime, end: datetime) -> None:
         """Record ``[start, end)`` of this task and site as completely committed (resume from gaps)."""
