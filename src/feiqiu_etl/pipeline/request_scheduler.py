@@ -31,6 +31,7 @@ It never retries by itself and knows nothing of HTTP; time comes from the inject
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -150,6 +151,7 @@ class RequestScheduler:
         self._cancelled_waits = 0
         self._aborted = 0
         self._paused: str | None = None
+        self._io: _RequestThread | None = None
         self._busy_seconds = 0.0
         self._waited_seconds = 0.0
 
@@ -333,7 +335,14 @@ class RequestScheduler:
         error: BaseException | None = None
         try:
             if abortable and cancel_event is not None:
-                return _run_abortable(fn, cancel_event, self._on_abort)
+                if self._io is None:
+                    self._io = _RequestThread(self.name)
+                done, value = self._io.call(fn, cancel_event)
+                if not done:
+                    self._io = None
+                    self._on_abort()
+                    raise Cancelled()
+                return value
             return fn()
         except BaseException as exc:
             error = exc
@@ -456,25 +465,40 @@ def _detail(error: BaseException | None) -> str | None:
     return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
 
 
-def _run_abortable(fn: Callable[[], T], cancel_event: threading.Event, on_abort: Callable[[], None]) -> T:
-    """Run ``fn`` on a helper thread; return its value or re-raise its error, or raise ``Cancelled`` within
-    ~50 ms of ``cancel_event`` being set (the helper then finishes on its own and its result is dropped)."""
-    finished = threading.Event()
-    outcome: dict[str, Any] = {}
+class _RequestThread:
+    """The lane's long-lived helper thread for abortable requests: the lane thread hands it one request at a
+    time and waits, noticing a cancel within ~50 ms. An abandoned request keeps its thread busy until it
+    ends on its own; the lane then takes a new helper (the old one exits after that request)."""
 
-    def body() -> None:
-        try:
-            outcome["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            outcome["error"] = exc
-        finally:
-            finished.set()
+    def __init__(self, name: str):
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=f"{name}-request", daemon=True).start()
 
-    threading.Thread(target=body, name="lane-request", daemon=True).start()
-    while not finished.wait(0.05):
-        if cancel_event.is_set():
-            on_abort()
-            raise Cancelled()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+
+    def call(self, fn: Callable[[], T], cancel_event: threading.Event) -> tuple[bool, Any]:
+        """``(True, value)``, re-raise ``fn``'s error, or ``(False, None)`` when cancelled while it ran."""
+        finished = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def job() -> None:
+            try:
+                outcome["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = exc
+            finally:
+                finished.set()
+
+        self._jobs.put(job)
+        while not finished.wait(0.05):
+            if cancel_event.is_set():
+                self._jobs.put(None)  # this helper stops after the abandoned request
+                return False, None
+        if "error" in outcome:
+            raise outcome["error"]
+        return True, outcome["value"]
