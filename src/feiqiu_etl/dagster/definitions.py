@@ -14,8 +14,7 @@ cancellable with ``feiqiu-etl cancel``); tokens are read from the environment va
 in the process that runs the step, and never appear in a definition, a log line or metadata.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: Dagster reads the `context` annotation at definition time
 import dataclasses
 import logging
 import os
@@ -148,7 +147,7 @@ def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, 
     for lane in fleet.lanes:
         asset = _ods_asset(lane, settings, pool_name(connector.name, lane, env))
         job = dg.define_asset_job(f"feiqiu_ods_{_ident(lane.name)}", selection=[asset],
-                                  partitions_def=asset.partitions_def, tags={LANE_TAG: lane.name},
+                                  tags={LANE_TAG: lane.name},
                                   description=f"ODS of lane {lane.name}: one store per partition")
         assets.append(asset)
         jobs.append(job)
@@ -280,7 +279,7 @@ def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args:
 
     token = CancellationToken(timeout=options.timeout)
     box: dict[str, Any] = {}
-    args = {**args, "dagster_run_id": context.run_id}
+    args = {**args, "dagster_run_id": context.run.run_id}
 
     def work() -> None:
         try:
