@@ -42,8 +42,11 @@ def _window(days: int) -> dict:
 
 
 def _instance_home(path: Path, pools: bool) -> Path:
+    """A persistent Dagster instance (SQLite storage) set up once, as a deployment would be, before any run."""
     path.mkdir()
     (path / "dagster.yaml").write_text(NO_TELEMETRY + (POOLS_OF_ONE if pools else ""), encoding="utf-8")
+    with dg.DagsterInstance.from_config(str(path)) as instance:
+        instance.get_run_records(limit=1)
     return path
 
 
@@ -175,9 +178,9 @@ def test_runs_of_one_token_take_turns_in_its_pool_and_other_tokens_run_alongside
             ("feiqiu/ods/north", str(NORTH[0])), ("feiqiu/ods/north", str(NORTH[1])), ("feiqiu/ods/south", str(SOUTH[0]))])
         wall = time.monotonic() - started
         log = sim.request_log()
+        assert codes == [0, 0, 0], "\n".join(o[-3000:] for o in outputs)
         for site in NORTH + SOUTH:
             store_exact(pg_dsn, sim, site, TASKS)
-    assert codes == [0, 0, 0], "\n".join(o[-3000:] for o in outputs)
     runs = _runs_by_site(pg_dsn)
     assert {site: r[2] for site, r in runs.items()} == {site: "SUCCESS" for site in NORTH + SOUTH}
     # same token: strictly serial at the simulator, and the two runs never overlapped at all — the second
@@ -208,9 +211,9 @@ def test_without_a_pool_limit_the_lane_guard_makes_the_second_run_wait(pg_dsn, t
         codes, outputs = _materialize_at_once(tmp_path, home, defs_file, [
             ("feiqiu/ods/north", str(NORTH[0])), ("feiqiu/ods/north", str(NORTH[1]))])
         log = sim.request_log()
+        assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
         for site in NORTH:
             store_exact(pg_dsn, sim, site, TASKS)
-    assert codes == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert all("has no limit in this Dagster instance" in o for o in outputs)
     runs = _runs_by_site(pg_dsn)
     assert {site: r[2] for site, r in runs.items()} == {site: "SUCCESS" for site in NORTH}

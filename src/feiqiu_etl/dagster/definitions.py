@@ -159,7 +159,9 @@ def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, 
         "feiqiu_dwd_after_ods", target=dg.AssetSelection.assets(DWD_KEY),
         default_status=dg.DefaultSensorStatus.RUNNING if schedules_running else dg.DefaultSensorStatus.STOPPED,
         description="Loads DWD once ODS was updated and no ODS run is in progress")
-    return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules, sensors=[sensor])
+    # one step per run: running it in the run worker itself saves a process per run (and its imports)
+    return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules, sensors=[sensor],
+                          executor=dg.in_process_executor)
 
 
 # ------------------------------------------------------------------------------------------------- assets
