@@ -42,6 +42,12 @@ def _errors(texts: list[str]) -> str:
     return "\n".join(shown) + (f"\n… and {more} more (feiqiu-etl show RUN_ID)" if more > 0 else "")
 
 
+def _error_line(task: str, error: Any) -> str:
+    if isinstance(error, dict):
+        return f"{task} {error.get('stage', '?')}: {error.get('error', error)}"
+    return f"{task}: {error}"
+
+
 def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> dict[str, Any]:
     """Metadata of one store's materialization: status, rows (inserted/updated/unchanged), requests,
     rejections (42901/42902 answers), errors, tasks done, the lane (name and key — a token fingerprint,
@@ -50,7 +56,7 @@ def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> d
     inserted = sum(t.result.total_inserted for t in tasks)
     updated = sum(t.result.total_updated for t in tasks)
     unchanged = sum(t.result.total_skipped for t in tasks)
-    errors = [f"{t.task_code}: {e}" for t in tasks for e in t.result.errors]
+    errors = [_error_line(t.task_code, e) for t in tasks for e in t.result.errors]
     meta: dict[str, Any] = {
         "status": store.status,
         "rows": inserted + updated + unchanged,
@@ -75,7 +81,7 @@ def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> d
     if reason:
         meta["reason"] = reason
     if errors:
-        meta["first_errors"] = _errors([str(e) for e in errors])
+        meta["first_errors"] = _errors(errors)
     return meta
 
 
