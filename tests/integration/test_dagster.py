@@ -253,3 +253,32 @@ def test_bad_fleet_files_and_options_are_one_line_errors(tmp_path):
         build_definitions(good)
     with pytest.raises(FleetDefinitionsError, match="'stores'"):
         build_definitions(fleet_file(tmp_path / "h.yaml", {"a": ("FQ_A", (1,))}), run_options={"stores": [1]})
+
+
+@pytest.mark.timeout(300)
+def test_terminating_a_dagster_run_cancels_the_feiqiu_run_gracefully(pg_dsn, tmp_path):
+    fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
+    home = _instance_home(tmp_path / "dagster", pools=True)
+    slow = {**FAST, "pipeline.rate_min": 0.2, "pipeline.rate_max": 0.25}
+    with _sim(74, NORTH) as sim:
+        path = tmp_path / "fleet_defs.py"
+        path.write_text(DEFS_FILE.format(fleet=fleet, dsn=pg_dsn, base=sim.base_url, overrides=slow, wait=None,
+                                         run_options=_window(sim.config.days)), encoding="utf-8")
+        proc = subprocess.Popen([sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(path),
+                                 "--select", "feiqiu/ods/north", "--partition", str(NORTH[0])],
+                                cwd=tmp_path, env={**os.environ, **TOKENS, "DAGSTER_HOME": str(home)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while len(sim.request_log()) < 5 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        proc.terminate()  # what Dagster's run termination sends the run worker
+        output = proc.communicate(timeout=60)[0]
+        sent = len(sim.request_log())
+        time.sleep(0.5)
+        assert len(sim.request_log()) == sent  # nothing is sent after the process ended
+    assert proc.returncode != 0 and "cancelling the feiqiu-etl run" in output, output[-3000:]
+    with psycopg.connect(pg_dsn) as conn:
+        status, error = conn.execute("SELECT status, error FROM etl_meta.run").fetchone()
+    assert status == "CANCELLED" and "dagster" in error  # recorded as cancelled, not left RUNNING/INTERRUPTED
+    assert 5 <= sent < 100
