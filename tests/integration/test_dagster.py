@@ -282,3 +282,52 @@ def test_terminating_a_dagster_run_cancels_the_feiqiu_run_gracefully(pg_dsn, tmp
         status, error = conn.execute("SELECT status, error FROM etl_meta.run").fetchone()
     assert status == "CANCELLED" and "dagster" in error  # recorded as cancelled, not left RUNNING/INTERRUPTED
     assert 5 <= sent < 100
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_mid_lane_frees_the_lock_at_once_and_its_pool_slot_once_reported(pg_dsn, tmp_path):
+    from feiqiu_etl.runs.lane_guard import lock_key
+
+    fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
+    home = _instance_home(tmp_path / "dagster", pools=True)
+    slow = {**FAST, "pipeline.rate_min": 0.2, "pipeline.rate_max": 0.25}
+    pool = pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS)
+    with _sim(75, NORTH) as sim:
+        path = tmp_path / "slow_defs.py"
+        path.write_text(DEFS_FILE.format(fleet=fleet, dsn=pg_dsn, base=sim.base_url, overrides=slow, wait=None,
+                                         run_options=_window(sim.config.days)), encoding="utf-8")
+        env = {**os.environ, **TOKENS, "DAGSTER_HOME": str(home)}
+        proc = subprocess.Popen([sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(path), "--select",
+                                 "feiqiu/ods/north", "--partition", str(NORTH[0])], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while len(sim.request_log()) < 5 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            taken = "SELECT pg_try_advisory_lock(%s)"
+            assert not conn.execute(taken, (lock_key(pool),)).fetchone()[0]  # the run holds its lane guard
+            proc.kill()  # the run worker dies mid-lane: no cleanup of any kind
+            proc.wait(30)
+            killed_requests = len(sim.request_log())
+            freed = time.monotonic() + 5  # PostgreSQL ends the session when its client's socket closes
+            while not conn.execute(taken, (lock_key(pool),)).fetchone()[0]:
+                assert time.monotonic() < freed, "the lane guard outlived its process"
+                time.sleep(0.05)
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(pool),))
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            (dead,) = instance.get_runs()
+            assert dead.status == dg.DagsterRunStatus.STARTED  # Dagster does not know yet ...
+            claimed = instance.event_log_storage.get_concurrency_info(pool).claimed_slots
+            assert [s.run_id for s in claimed] == [dead.run_id]  # ... and the lane's slot is still taken
+            # what run monitoring does (run_monitoring.enabled + free_slots_after_run_end_seconds, see
+            # docs/scale-out.md): mark the run failed, then give its slots back
+            instance.report_run_failed(dead)
+            instance.event_log_storage.free_concurrency_slots_for_run(dead.run_id)
+        codes, outputs = _materialize_at_once(tmp_path, home, _defs_file(tmp_path, fleet, pg_dsn, sim, wait=None),
+                                              [("feiqiu/ods/north", str(NORTH[0]))])
+        assert codes == [0], outputs[0][-3000:]
+        store_exact(pg_dsn, sim, NORTH[0], TASKS)
+        assert len(sim.request_log()) > killed_requests
+    with psycopg.connect(pg_dsn) as conn:
+        statuses = [r[0] for r in conn.execute("SELECT status FROM etl_meta.run ORDER BY started_at")]
+    assert statuses == ["INTERRUPTED", "SUCCESS"]  # the next run found the dead one and said so
