@@ -281,6 +281,9 @@ def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args:
 
     token = CancellationToken(timeout=options.timeout)
     box: dict[str, Any] = {}
+    # wait on an Event, not Thread.join(): when a signal handler raises inside join(), CPython before 3.13
+    # marks the thread stopped although it still runs (bpo-45274), and the wait for the cancel would end early
+    done = threading.Event()
     args = {**args, "dagster_run_id": context.run.run_id}
 
     def work() -> None:
@@ -288,20 +291,23 @@ def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args:
             box["result"] = execute_in_process(options, dsn, token, command="dagster", args=args)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
             box["error"] = exc
+        finally:
+            done.set()
 
     handler = _ToDagsterLog(context)
     logging.getLogger("feiqiu_etl").addHandler(handler)
-    worker = threading.Thread(target=work, name="feiqiu-etl-run", daemon=True)
-    worker.start()
+    threading.Thread(target=work, name="feiqiu-etl-run", daemon=True).start()
     try:
         try:
-            while worker.is_alive():
-                worker.join(0.2)
+            while not done.wait(0.2):
+                pass
         except BaseException:  # Dagster terminated the run (DagsterExecutionInterruptedError) or Ctrl-C
             token.cancel("dagster")
             context.log.warning("run terminated: cancelling the feiqiu-etl run (fetched data is written first)")
-            while worker.is_alive():  # a second interruption ends this wait and the process
-                worker.join(0.2)
+            while not done.wait(0.2):  # a second interruption ends this wait and the process
+                pass
+            if "result" in box:
+                context.log.warning(f"feiqiu-etl run {box['result'].run_id}: {box['result'].status}")
             raise
     finally:
         token.dispose()
