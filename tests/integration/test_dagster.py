@@ -22,7 +22,7 @@ import pytest
 dg = pytest.importorskip("dagster")
 
 from feiqiu_etl.connector.windows import fmt  # noqa: E402
-from feiqiu_etl.dagster import DWD_KEY, build_definitions, pool_name  # noqa: E402
+from feiqiu_etl.dagster import DWD_KEY, build_definitions, lane_key, pool_name  # noqa: E402
 from feiqiu_etl.plan.fleet import load_fleet  # noqa: E402
 from feiqiu_etl.simulator import Simulator  # noqa: E402
 from flowkit import (ANCHOR, FAST, dwd_exact, fleet_file, lane_violations, sim_config,  # noqa: E402
@@ -117,7 +117,9 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
         m = meta[str(site)]
         assert m["status"] == "SUCCESS" and m["rows"] > 0 and m["rejections"] == 0 and m["errors"] == 0, m
         assert m["requests"] == sum(1 for e in log if e.site_id == site), (site, m)
-        assert m["feiqiu_run_id"] and m["lane_key"] == pools[north_key if site in NORTH else south_key]
+        lane = load_fleet(fleet).lanes[0 if site in NORTH else 1]
+        assert m["feiqiu_run_id"] and m["lane_key"] == lane_key("feiqiu", lane, TOKENS)
+        assert pools[north_key if site in NORTH else south_key] == m["lane_key"].replace(":", "_")
     assert meta[str(NORTH[0])]["feiqiu_run_id"] == meta[str(NORTH[1])]["feiqiu_run_id"]  # one run, two partitions
     dwd_meta = _materializations(instance, DWD_KEY)[""]
     assert dwd_meta["status"] == "SUCCESS" and dwd_meta["tables_failed"] == 0 and dwd_meta["rows_inserted"] > 0
@@ -130,36 +132,62 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
 
 # ---------------------------------------------------------------------------------------- across processes
 DEFS_FILE = """
+import os, pathlib, time
 from feiqiu_etl.dagster import build_definitions
 
+gate = pathlib.Path({gate!r})  # start barrier: every process has imported Dagster before any run begins
+(gate / f"ready-{{os.getpid()}}").touch()
+deadline = time.monotonic() + 120
+while not (gate / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
 defs = build_definitions({fleet!r}, dsn={dsn!r}, api_base={base!r}, overrides={overrides!r}, unsafe_gaps=True,
                          run_options={run_options!r}, wait_for_lane={wait!r})
 """
 
 
-def _materialize_at_once(tmp_path: Path, home: Path, defs_file: Path, jobs: list[tuple[str, str]]):
-    """Start one ``dagster asset materialize`` process per (asset key, partition) at the same moment."""
+def _defs_file(tmp_path: Path, fleet: str, dsn: str, sim: Simulator, *, wait: float | None = None,
+               gap: float | None = None) -> Path:
+    """A definitions file for ``dagster asset materialize -f`` (gaps: FAST, or ``gap`` s for longer runs)."""
+    overrides = FAST if gap is None else {**FAST, "pipeline.rate_min": gap, "pipeline.rate_max": gap * 1.25}
+    path = tmp_path / "fleet_defs.py"
+    (tmp_path / "gate").mkdir(exist_ok=True)
+    path.write_text(DEFS_FILE.format(fleet=fleet, dsn=dsn, base=sim.base_url, overrides=overrides, wait=wait,
+                                     gate=str(tmp_path / "gate"), run_options=_window(sim.config.days)),
+                    encoding="utf-8")
+    return path
+
+
+def _start(tmp_path: Path, home: Path, defs_file: Path, jobs: list[tuple[str, str]], **kw) -> list[subprocess.Popen]:
+    """One ``dagster asset materialize`` process per (asset key, partition), released together once all of
+    them have imported Dagster and loaded the definitions file."""
+    gate = tmp_path / "gate"
+    for old in gate.iterdir():
+        old.unlink()
     env = {**os.environ, **TOKENS, "DAGSTER_HOME": str(home)}
     procs = [subprocess.Popen([sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(defs_file),
                                "--select", key, "--partition", partition],
-                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              cwd=tmp_path, env=env, **{"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **kw})
              for key, partition in jobs]
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready-*"))) < len(procs) and time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), [(p.communicate()[0] or "")[-2000:] for p in procs if p.poll() is not None]
+        time.sleep(0.02)
+    (gate / "go").touch()
+    return procs
+
+
+def _materialize_at_once(tmp_path: Path, home: Path, defs_file: Path, jobs: list[tuple[str, str]]):
+    """Run :func:`_start`'s processes to the end: (exit codes, outputs)."""
+    procs = _start(tmp_path, home, defs_file, jobs)
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     return [p.returncode for p in procs], outputs
 
 
 def _runs_by_site(dsn: str) -> dict[int, tuple]:
-    """{site id: (started_at, finished_at, status, lane waited?)} of the feiqiu-etl runs the steps made."""
+    """{site id: (started_at, finished_at, status, summary)} of the feiqiu-etl runs the steps made."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT stores, started_at, finished_at, status, summary FROM etl_meta.run").fetchall()
     return {stores[0]: (start, end, status, summary) for stores, start, end, status, summary in rows}
-
-
-def _defs_file(tmp_path: Path, fleet: str, dsn: str, sim: Simulator, wait: float | None) -> Path:
-    path = tmp_path / "fleet_defs.py"
-    path.write_text(DEFS_FILE.format(fleet=fleet, dsn=dsn, base=sim.base_url, overrides=FAST, wait=wait,
-                                     run_options=_window(sim.config.days)), encoding="utf-8")
-    return path
 
 
 def _span(log, sites) -> tuple[float, float]:
@@ -172,7 +200,7 @@ def test_runs_of_one_token_take_turns_in_its_pool_and_other_tokens_run_alongside
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH), "south": ("FQ_SOUTH", SOUTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)
     with _sim(72, NORTH + SOUTH) as sim:
-        defs_file = _defs_file(tmp_path, fleet, pg_dsn, sim, wait=None)  # no waiting at the lane guard: the pool must do it
+        defs_file = _defs_file(tmp_path, fleet, pg_dsn, sim)  # no waiting at the lane guard: the pool must do it
         started = time.monotonic()
         codes, outputs = _materialize_at_once(tmp_path, home, defs_file, [
             ("feiqiu/ods/north", str(NORTH[0])), ("feiqiu/ods/north", str(NORTH[1])), ("feiqiu/ods/south", str(SOUTH[0]))])
@@ -207,7 +235,7 @@ def test_without_a_pool_limit_the_lane_guard_makes_the_second_run_wait(pg_dsn, t
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
     home = _instance_home(tmp_path / "dagster", pools=False)  # misconfigured: the pool has no limit
     with _sim(73, NORTH) as sim:
-        defs_file = _defs_file(tmp_path, fleet, pg_dsn, sim, wait=120.0)
+        defs_file = _defs_file(tmp_path, fleet, pg_dsn, sim, wait=120.0, gap=0.05)  # runs of ~4 s: they overlap
         codes, outputs = _materialize_at_once(tmp_path, home, defs_file, [
             ("feiqiu/ods/north", str(NORTH[0])), ("feiqiu/ods/north", str(NORTH[1]))])
         log = sim.request_log()
@@ -239,7 +267,7 @@ def test_the_module_loads_from_FEIQIU_FLEET_for_dagster_dev(tmp_path):
     defs = definitions_from_env({"FEIQIU_FLEET": fleet, "FEIQIU_DAGSTER_CRON": "30 1 * * *"})
     assert {s.cron_schedule for s in defs.schedules} == {"30 1 * * *"}
     assert {j.name for j in defs.jobs} >= {"feiqiu_ods_north", "feiqiu_ods_south_east", "feiqiu_dwd"}
-    assert [p for p in (defs.resolve_assets_def(["feiqiu", "ods", "north"]).op.pool,)] == ["feiqiu:env:FQ_NORTH"]
+    assert defs.resolve_assets_def(["feiqiu", "ods", "north"]).op.pool == "feiqiu_env_FQ_NORTH"  # no token here
 
 
 def test_bad_fleet_files_and_options_are_one_line_errors(tmp_path):
@@ -256,23 +284,23 @@ def test_bad_fleet_files_and_options_are_one_line_errors(tmp_path):
         build_definitions(fleet_file(tmp_path / "h.yaml", {"a": ("FQ_A", (1,))}), run_options={"stores": [1]})
 
 
+def _mid_lane(tmp_path: Path, home: Path, fleet: str, dsn: str, sim: Simulator, **kw) -> subprocess.Popen:
+    """One materialization of north's first store with 0.2 s gaps, returned once 5 requests reached the simulator."""
+    (proc,) = _start(tmp_path, home, _defs_file(tmp_path, fleet, dsn, sim, gap=0.2),
+                     [("feiqiu/ods/north", str(NORTH[0]))], **kw)
+    deadline = time.monotonic() + 120
+    while len(sim.request_log()) < 5 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and len(sim.request_log()) >= 5, "the run did not get going"
+    return proc
+
+
 @pytest.mark.timeout(300)
 def test_terminating_a_dagster_run_cancels_the_feiqiu_run_gracefully(pg_dsn, tmp_path):
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)
-    slow = {**FAST, "pipeline.rate_min": 0.2, "pipeline.rate_max": 0.25}
     with _sim(74, NORTH) as sim:
-        path = tmp_path / "fleet_defs.py"
-        path.write_text(DEFS_FILE.format(fleet=fleet, dsn=pg_dsn, base=sim.base_url, overrides=slow, wait=None,
-                                         run_options=_window(sim.config.days)), encoding="utf-8")
-        proc = subprocess.Popen([sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(path),
-                                 "--select", "feiqiu/ods/north", "--partition", str(NORTH[0])],
-                                cwd=tmp_path, env={**os.environ, **TOKENS, "DAGSTER_HOME": str(home)},
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 120
-        while len(sim.request_log()) < 5 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        proc = _mid_lane(tmp_path, home, fleet, pg_dsn, sim, stdout=subprocess.PIPE)
         proc.terminate()  # what Dagster's run termination sends the run worker
         output = proc.communicate(timeout=60)[0]
         sent = len(sim.request_log())
@@ -291,30 +319,21 @@ def test_a_worker_killed_mid_lane_frees_the_lock_at_once_and_its_pool_slot_once_
 
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)
-    slow = {**FAST, "pipeline.rate_min": 0.2, "pipeline.rate_max": 0.25}
     pool = pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS)
+    key = lock_key(lane_key("feiqiu", load_fleet(fleet).lanes[0], TOKENS))
     with _sim(75, NORTH) as sim:
-        path = tmp_path / "slow_defs.py"
-        path.write_text(DEFS_FILE.format(fleet=fleet, dsn=pg_dsn, base=sim.base_url, overrides=slow, wait=None,
-                                         run_options=_window(sim.config.days)), encoding="utf-8")
-        env = {**os.environ, **TOKENS, "DAGSTER_HOME": str(home)}
-        proc = subprocess.Popen([sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(path), "--select",
-                                 "feiqiu/ods/north", "--partition", str(NORTH[0])], cwd=tmp_path, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while len(sim.request_log()) < 5 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.1)
+        proc = _mid_lane(tmp_path, home, fleet, pg_dsn, sim, stdout=subprocess.DEVNULL)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             taken = "SELECT pg_try_advisory_lock(%s)"
-            assert not conn.execute(taken, (lock_key(pool),)).fetchone()[0]  # the run holds its lane guard
+            assert not conn.execute(taken, (key,)).fetchone()[0]  # the run holds its lane guard
             proc.kill()  # the run worker dies mid-lane: no cleanup of any kind
             proc.wait(30)
             killed_requests = len(sim.request_log())
             freed = time.monotonic() + 5  # PostgreSQL ends the session when its client's socket closes
-            while not conn.execute(taken, (lock_key(pool),)).fetchone()[0]:
+            while not conn.execute(taken, (key,)).fetchone()[0]:
                 assert time.monotonic() < freed, "the lane guard outlived its process"
                 time.sleep(0.05)
-            conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key(pool),))
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
         with dg.DagsterInstance.from_config(str(home)) as instance:
             (dead,) = instance.get_runs()
             assert dead.status == dg.DagsterRunStatus.STARTED  # Dagster does not know yet ...
@@ -324,7 +343,7 @@ def test_a_worker_killed_mid_lane_frees_the_lock_at_once_and_its_pool_slot_once_
             # docs/scale-out.md): mark the run failed, then give its slots back
             instance.report_run_failed(dead)
             instance.event_log_storage.free_concurrency_slots_for_run(dead.run_id)
-        codes, outputs = _materialize_at_once(tmp_path, home, _defs_file(tmp_path, fleet, pg_dsn, sim, wait=None),
+        codes, outputs = _materialize_at_once(tmp_path, home, _defs_file(tmp_path, fleet, pg_dsn, sim),
                                               [("feiqiu/ods/north", str(NORTH[0]))])
         assert codes == [0], outputs[0][-3000:]
         store_exact(pg_dsn, sim, NORTH[0], TASKS)

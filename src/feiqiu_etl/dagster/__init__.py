@@ -17,7 +17,7 @@ import os
 import dagster as dg
 
 from feiqiu_etl.dagster.definitions import (DEFAULT_CRON, DEFAULT_WAIT_FOR_LANE, DWD_KEY, FleetDefinitionsError,
-                                            FleetSettings, build_definitions, pool_name)
+                                            FleetSettings, build_definitions, lane_key, pool_name)
 
 FLEET_ENV = "FEIQIU_FLEET"
 CONNECTOR_ENV = "FEIQIU_CONNECTOR"
@@ -43,4 +43,5 @@ def defs() -> dg.Definitions:
 
 
 __all__ = ["CONNECTOR_ENV", "CRON_ENV", "DEFAULT_CRON", "DEFAULT_WAIT_FOR_LANE", "DWD_KEY", "FLEET_ENV",
-           "FleetDefinitionsError", "FleetSettings", "build_definitions", "definitions_from_env", "defs", "pool_name"]
+           "FleetDefinitionsError", "FleetSettings", "build_definitions", "definitions_from_env", "defs", "lane_key",
+           "pool_name"]

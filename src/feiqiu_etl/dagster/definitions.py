@@ -3,7 +3,7 @@ in a concurrency pool of its own; the DWD load downstream; one daily schedule pe
 
 What Dagster adds to one ``feiqiu-etl run --fleet`` process (docs/scale-out.md): runs on several machines,
 queued and retried by Dagster, while the **pool** keeps each token's lane serial *across* runs and machines —
-the pool is named by the lane key (connector name + token fingerprint, never the token), so with a limit of 1
+the pool is named after the lane key (connector name + token fingerprint, never the token), so with a limit of 1
 only one step of that token runs at a time, wherever it runs. The PostgreSQL lane guard of the runner stays
 underneath as the safety net (per token per database): if a pool has no limit, the second run waits for the
 lane there (``wait_for_lane``) instead of failing.
@@ -18,6 +18,7 @@ in the process that runs the step, and never appear in a definition, a log line 
 import dataclasses
 import logging
 import os
+import re
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -84,15 +85,20 @@ class FleetSettings:
         return dsn
 
 
-def pool_name(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str:
-    """The Dagster concurrency pool of a lane: its lane key ``<connector>:<token fingerprint>`` — the same
-    key the PostgreSQL lane guard locks — so two lanes (or two fleet files, or two code locations) on the
-    same token share one pool. Without the token in this process's environment the pool falls back to
-    ``<connector>:env:<TOKEN_ENV>`` (such a step fails anyway: it has no token)."""
+def lane_key(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str | None:
+    """The lane key ``<connector>:<token fingerprint>`` (what the PostgreSQL lane guard locks), or None when
+    the lane's token is not in ``environ``."""
     token = (environ.get(lane.token_env) or "").strip()
-    if token:
-        return f"{connector}:{Secret(token).fingerprint()}"
-    return f"{connector}:env:{lane.token_env}"
+    return f"{connector}:{Secret(token).fingerprint()}" if token else None
+
+
+def pool_name(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str:
+    """The Dagster concurrency pool of a lane: its lane key with ``_`` for anything but letters and digits
+    (Dagster ≤ 1.11 accepts only ``[A-Za-z0-9_]``), e.g. ``feiqiu_99e701939941``. Two lanes (or fleet files, or
+    code locations) on the same token share one pool. Without the token in this process's environment the
+    pool falls back to ``<connector>_env_<TOKEN_ENV>`` (such a step fails anyway: it has no token)."""
+    key = lane_key(connector, lane, environ) or f"{connector}:env:{lane.token_env}"
+    return re.sub(r"[^A-Za-z0-9_]", "_", key)
 
 
 def _ident(name: str) -> str:
@@ -109,8 +115,8 @@ def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, 
     """Dagster definitions for the fleet file at ``fleet_path``.
 
     * one asset ``feiqiu/ods/<lane>`` per lane, partitioned by its stores (partition key = site id), in the
-      pool :func:`pool_name` (the lane key); a run of several partitions runs them in one lane, fairly
-      interleaved (backfill policy: single run);
+      pool :func:`pool_name` (named after the lane key); a run of several partitions runs them in one lane,
+      fairly interleaved (backfill policy: single run);
     * ``feiqiu/dwd``: the DWD load (``--dwd-only``) downstream of every lane, requested by the automation
       sensor ``feiqiu_dwd_after_ods`` once ODS was updated and no ODS run is in progress;
     * jobs ``feiqiu_ods_<lane>`` and ``feiqiu_dwd``; schedules ``feiqiu_ods_<lane>_daily`` (``cron`` in
