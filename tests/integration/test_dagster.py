@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -268,6 +268,11 @@ def test_the_module_loads_from_FEIQIU_FLEET_for_dagster_dev(tmp_path):
     assert {s.cron_schedule for s in defs.schedules} == {"30 1 * * *"}
     assert {j.name for j in defs.jobs} >= {"feiqiu_ods_north", "feiqiu_ods_south_east", "feiqiu_dwd"}
     assert defs.resolve_assets_def(["feiqiu", "ods", "north"]).op.pool == "feiqiu_env_FQ_NORTH"  # no token here
+    tick = defs.resolve_schedule_def("feiqiu_ods_north_daily").evaluate_tick(
+        dg.build_schedule_context(scheduled_execution_time=datetime(2024, 3, 4, 1, 30),
+                                  repository_def=defs.get_repository_def()))
+    assert [r.partition_key for r in tick.run_requests] == [str(s) for s in NORTH]  # one run per store
+    assert [r.run_key for r in tick.run_requests] == [f"north:{s}:2024-03-04T01:30" for s in NORTH]
 
 
 def test_bad_fleet_files_and_options_are_one_line_errors(tmp_path):
