@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import psycopg
 
 from feiqiu_etl.connector import load_connector
-from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database
+from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.pipeline import PipelineRequest, RequestScheduler, UnifiedPipeline
 from feiqiu_etl.pipeline.config import PipelineConfig
@@ -124,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     pages = make_pages(args.pages, args.page_size)
     print(f"$ python benchmarks/bench_pipeline_vs_serial.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-    with tempfile.TemporaryDirectory() as home, EmbeddedPostgres(Path(home) / "pgdata") as server:
+    with temporary_server(prefix="feiqiu-bench-") as server:
         create_database(server.dsn("postgres"), "bench")
         dsn = server.dsn("bench")
         with psycopg.connect(dsn) as conn:

@@ -9,6 +9,9 @@ changes a tracked column of ``--change-pct`` % of the members, then, side by sid
   handed the changed keys for free; a real row-by-row merge would also have to visit every unchanged key.
 * **set based**: ``merge_dim_scd2`` over the whole table (stage, type-1 update, close, insert), timed.
 
+Then a no-op re-run, and one with a single source row that does not cast (it is quarantined: the fast
+staging statement fails and the source is staged again with every cast checked).
+
 It reports changed rows per second for both and their ratio. Uses an embedded PostgreSQL in a temp folder
 unless ``--dsn`` is given (the database named there is dropped and recreated: never point it at real data).
 
@@ -19,10 +22,10 @@ unless ``--dsn`` is given (the database named there is dropped and recreated: ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -33,7 +36,7 @@ from psycopg.types.json import Jsonb
 
 from feiqiu_etl.connector import load_connector
 from feiqiu_etl.db.connection import connect
-from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database
+from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.tasks.dwd import ensure_dwd_tables, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql
@@ -163,6 +166,15 @@ def run(dsn: str, rows: int, change_pct: float, sample: int) -> list[str]:
     out.append(f"set-based no-op re-run:      {rows:>10,} keys compared in {secs:7.2f} s "
                f"(inserted {again.inserted}, closed {again.closed}, updated {again.updated})")
 
+    with connect(dsn) as conn:  # one member's discount rate no longer casts: it is quarantined, the rest compared
+        conn.execute("UPDATE ods.member SET payload = jsonb_set(payload, '{level,discountRate}', '\"1e40\"')"
+                     " WHERE member_id = %s", (BASE_ID + 1,))
+        conn.commit()
+        poisoned, secs = _timed(lambda: merge_dim_scd2(conn, table, now=now + timedelta(hours=2), run_id="bench-4"))
+        held = conn.execute("SELECT count(*) FROM etl_meta.dwd_quarantine").fetchone()[0]
+    out.append(f"no-op re-run, 1 poison row:  {rows:>10,} keys compared in {secs:7.2f} s "
+               f"(inserted {poisoned.inserted}, closed {poisoned.closed}, quarantined {held})")
+
     out.append(f"ratio set-based / row-by-row: {set_rate / rbr_rate:.1f}x changed rows/s")
     out.append(f"notes: row by row is timed on the first {done:,} changed keys only, handed to it for free, and rolled")
     out.append("       back; a real row-by-row merge would also visit the unchanged keys. The set-based time includes")
@@ -190,20 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    with tempfile.TemporaryDirectory(prefix="feiqiu-bench-") as tmp:
-        server = None
+    with contextlib.ExitStack() as stack:
         if args.dsn:
             admin = conninfo.make_conninfo(args.dsn, dbname="postgres")
             database = conninfo.conninfo_to_dict(args.dsn).get("dbname") or "bench_scd2"
         else:
-            server = EmbeddedPostgres(Path(tmp) / "pgdata").start()
+            server = stack.enter_context(temporary_server(prefix="feiqiu-bench-"))
             admin, database = server.dsn("postgres"), "bench_scd2"
-        try:
-            create_database(admin, database, drop_first=True)
-            lines = run(conninfo.make_conninfo(admin, dbname=database), args.rows, args.change_pct, args.sample)
-        finally:
-            if server:
-                server.stop()
+        create_database(admin, database, drop_first=True)
+        lines = run(conninfo.make_conninfo(admin, dbname=database), args.rows, args.change_pct, args.sample)
     report = "\n".join([f"$ {command}", *lines]) + "\n"
     print(report, end="")
     if args.output:

@@ -2,6 +2,8 @@
 
 * ``pg_server_dsn`` (session): admin DSN of one embedded PostgreSQL per test session, or ``$TEST_DB_DSN``.
 * ``pg_dsn`` (function): DSN of a fresh, empty database for one test (dropped afterwards).
+* ``fresh_home`` (function): a path in the temp dir that does not exist yet, for a home of one's own (the
+  product creates it, so a server account can enter it when the tests run as root); removed afterwards.
 * Hypothesis profile ``ci``: 100 examples per property, no deadline (threads make timing noisy).
 """
 
@@ -38,15 +40,10 @@ def pg_server_dsn():
     if external:
         yield external
         return
-    from feiqiu_etl.db.embedded import EmbeddedPostgres
+    from feiqiu_etl.db.embedded import temporary_server
 
-    home = Path(tempfile.mkdtemp(prefix="feiqiu-test-pg-"))
-    server = EmbeddedPostgres(home / "pgdata").start()
-    try:
+    with temporary_server(prefix="feiqiu-test-pg-") as server:  # password auth: the DSN names its passfile
         yield server.dsn("postgres")
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def _with_database(dsn: str, database: str) -> str:
@@ -69,3 +66,10 @@ def pg_dsn(pg_server_dsn):
 
     with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def fresh_home():
+    home = Path(tempfile.gettempdir()) / f"feiqiu-home-{uuid.uuid4().hex[:12]}"
+    yield home
+    shutil.rmtree(home, ignore_errors=True)

@@ -272,6 +272,21 @@ def scd2_violations(conn, table: str, bk: list[str]) -> list[str]:
     return problems
 
 
+# ---------------------------------------------------------------------------------------------- failures
+
+
+def fail_inserts(conn, target: str, message: str = "injected failure") -> None:
+    """Make every INSERT into ``target`` (``"dwd.dim_goods"``) fail: a load of that table fails after its
+    earlier statements ran, so only a rollback keeps its rows. (Rows that merely do not cast are quarantined
+    and no longer fail a table.)"""
+    schema, name = target.split(".")
+    fn = sql.Identifier(schema, f"fail_{name}")
+    conn.execute(sql.SQL("CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN"
+                         " RAISE EXCEPTION {}; END $f$").format(fn, sql.Literal(message)))
+    conn.execute(sql.SQL("CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()").format(
+        sql.Identifier(f"fail_{name}"), sql.Identifier(schema, name), fn))
+
+
 # ---------------------------------------------------------------------------------------------- environment
 
 

@@ -21,6 +21,7 @@ FAST = {
     "pipeline.rate_min": 0.02, "pipeline.rate_max": 0.028,
     "pipeline.ods_group_package.rate_min": 0.03, "pipeline.ods_group_package.rate_max": 0.038,
     "pipeline.batch_timeout": 0.2, "api.retry_backoff": 0.02, "api.timeout": 5,
+    "detail.recheck_share": 0,  # exact request counts; the re-check has tests of its own
 }
 SIM_RISK = RiskControlConfig(gap_standard=0.01, gap_groupbuy=0.02)
 

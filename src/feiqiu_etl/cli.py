@@ -10,6 +10,7 @@ stderr. Secrets (the API token, DB passwords) are never printed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -350,18 +351,22 @@ def _fleet_tokens(path: str) -> tuple[dict, tuple]:
 
 @main.command()
 @click.argument("query")
-@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN; default: the embedded server")
+@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN of a read-only role (README: a read-only role "
+                                                "for sql); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
 @click.pass_context
 def sql(ctx, query, dsn, demo, as_json) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
 
-    The statement is sent as a prepared statement (so a second statement is refused) inside a
-    READ ONLY transaction (so nothing can be written)."""
+    On the embedded server it logs in as the role feiqiu_reader, which can only read (pg_read_all_data):
+    it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
+    role that can run programs or write files on the server (a superuser, pg_execute_server_program,
+    pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
+    statement is refused) inside a READ ONLY transaction (so nothing can be written)."""
     import psycopg
 
-    from feiqiu_etl.db.connection import connect
+    from feiqiu_etl.db.connection import check_read_only_role, connect, scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
@@ -370,19 +375,24 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
         if ctx.get_parameter_source("dsn") == click.core.ParameterSource.COMMANDLINE:
             raise UsageFailure("--demo reads the embedded demo database; it does not go with --dsn")
         dsn = None
-    embedded = not dsn
-    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+
+    def prepare(superuser_dsn: str) -> None:  # a fresh home has no etl_meta yet: the documented queries must work
+        with connect(superuser_dsn) as conn:
+            ensure_schemas(conn)
+
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare) as real_dsn:
         try:
-            if embedded:  # a fresh home has no etl_meta yet: the documented queries must still work
-                with connect(real_dsn) as conn:
-                    ensure_schemas(conn)
             with connect(real_dsn) as conn:
+                problem = check_read_only_role(conn)
+                if problem:
+                    raise UsageFailure(problem)
+                conn.rollback()
                 conn.read_only = True
                 cur = conn.execute(query, prepare=True)
                 columns = [d.name for d in cur.description or []]
                 rows = cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
-            raise UsageFailure(" ".join(str(exc).split())) from None
+            raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
     if as_json:
         click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
         return
@@ -428,5 +438,41 @@ from feiqiu_etl.commands import register  # noqa: E402 - the operations commands
 register(main)
 
 
+def entry() -> None:
+    """The console script: ``main`` with a last line of defence — whatever escapes becomes one line on
+    stderr and a documented exit code (7 for the database, 1 for a bug), never a traceback (``-vv`` adds it)."""
+    import logging
+    import traceback
+
+    try:
+        main.main(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before the command took over
+        click.echo("\ninterrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        import psycopg
+
+        from feiqiu_etl import exitcodes
+        from feiqiu_etl.db.health import DatabaseUnavailable
+
+        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exc()
+        if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):
+            from feiqiu_etl.db.connection import scrub
+
+            dsn = os.environ.get("ETL_DB_DSN", "")
+            click.echo(f"Error: database unavailable: {scrub(text, dsn) if dsn else text}", err=True)
+            sys.exit(exitcodes.DATABASE_LOST)
+        click.echo(f"Error: internal error ({exc.__class__.__name__}: {text}); please report it "
+                   "(run with -vv for the details)", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

@@ -20,6 +20,7 @@ import psycopg
 
 from feiqiu_etl.config.app_config import ConfigError
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
 
@@ -28,6 +29,12 @@ class UsageFailure(click.ClickException):
     """One-line configuration error; exit code 2."""
 
     exit_code = exitcodes.USAGE
+
+
+class DatabaseLost(click.ClickException):
+    """The database went away and did not come back in time (one line; exit code 7)."""
+
+    exit_code = exitcodes.DATABASE_LOST
 
 
 class CancelledEarly(click.ClickException):
@@ -77,22 +84,34 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None, name: str = DEFAULT_DATABASE) -> Iterator[str]:
+def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = False,
+             prepare: Callable[[str], None] | None = None) -> Iterator[str]:
     """``--dsn`` / ``ETL_DB_DSN`` if given, else database ``name`` on an embedded server started here and
-    stopped at exit (also on a hard abort)."""
+    stopped at exit (also on a hard abort): as its superuser, or with ``reader`` as its read-only role
+    ``feiqiu_reader``; ``prepare(superuser_dsn)`` runs first on the embedded server only. A server that
+    cannot be prepared or started is a ``UsageFailure`` (one line, exit 2)."""
     if dsn:
         yield dsn
         return
-    from feiqiu_etl.db.embedded import default_embedded
+    from feiqiu_etl.db.embedded import EmbeddedServerError, default_embedded
 
-    server = default_embedded()
     try:
-        server.start()
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from None
+        server = default_embedded().start()
+    except EmbeddedServerError as exc:
+        raise UsageFailure(str(exc)) from None
     try:
         with on_hard_abort(server.stop):
-            yield server.ensure_database(name)
+            try:
+                real_dsn = server.ensure_database(name)
+                if prepare is not None:
+                    prepare(real_dsn)
+                if reader:
+                    real_dsn = server.reader_dsn(name)
+            except EmbeddedServerError as exc:
+                raise UsageFailure(str(exc)) from None
+            except psycopg.Error as exc:
+                raise UsageFailure(f"embedded PostgreSQL: {' '.join(str(exc).split())}") from None
+            yield real_dsn
     finally:
         server.stop()
 
@@ -184,8 +203,11 @@ def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.config.number("progress.heartbeat_seconds", float)
-            with live_progress(runner, enabled=progress, heartbeat=heartbeat):
-                return runner.run()
+            try:
+                with live_progress(runner, enabled=progress, heartbeat=heartbeat):
+                    return runner.run()
+            except (psycopg.Error, DatabaseUnavailable) as exc:
+                raise DatabaseLost(f"database unavailable: {_one_line(exc, real_dsn)}") from None
     finally:
         token.dispose()
 

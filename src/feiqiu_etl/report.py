@@ -32,7 +32,7 @@ def _console() -> Console:
 
 
 def _compact() -> Table:
-    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0))
 
 
 def _status(status: str | None) -> Text:
@@ -111,6 +111,10 @@ def render_summary(data: dict, console: Console | None = None) -> None:
             console.print(f"[yellow]{t['task']}: {t['snapshot_note']}[/yellow]")
         if t.get("details_given_up"):
             console.print(f"[yellow]{t['task']}: {len(t['details_given_up'])} owed detail(s) given up[/yellow]")
+    rechecks = [t["recheck"] for t in tasks if t.get("recheck")]
+    if any(r["budget"] for r in rechecks):
+        console.print(f"details re-checked (oldest first): {sum(r['used'] for r in rechecks)} of a budget of "
+                      f"{sum(r['budget'] for r in rechecks)} (detail.recheck_share)", style="dim")
     dwd = data.get("dwd")
     if dwd:
         console.print(Text.assemble("DWD: ", _status(dwd.get("status"))))
@@ -154,38 +158,42 @@ def render_tasks(connector: str, rows: list[dict], console: Console | None = Non
 
 # ----------------------------------------------------------------------------------------------- live display
 def lane_lines(lane: dict) -> list[Text]:
-    """Two lines per lane (80 columns): what is happening now and why the next request waits; counts."""
+    """Three lines per lane (80 columns): the request now; why the next one waits, rows and ETA; counts."""
     cur = lane.get("current") or {}
     if lane.get("state") == "finished":
         now = "finished"
     elif cur:
-        req = cur.get("request") or ""
-        now = f"{cur.get('task')} {str(cur.get('site_id'))[-4:]} {req}"
+        request = cur.get("request") or ""
+        head, sep, ident = request.rpartition(" id ")
+        if sep and len(ident) > 8:
+            request = f"{head} id …{ident[-7:]}"
+        now = f"{cur.get('task')} @{str(cur.get('site_id'))[-4:]} {request}"
     else:
         now = lane.get("state", "")
-    wait = ""
     if lane.get("tripped"):
-        wait = f"stopped: {lane['tripped']}"
+        wait, style = f"stopped: {lane['tripped']}", "red"
     elif lane.get("wait_reason") == "banned":
-        wait = f"banned by upstream: waiting {lane['next_due_in']:.0f} s (42902)"
+        wait, style = f"banned by upstream: waiting {lane['next_due_in']:.0f} s (42902)", "red"
     elif lane.get("wait_reason"):
-        wait = f"next in {lane['next_due_in']:.1f} s ({lane['wait_reason']})"
+        wait, style = f"next in {lane['next_due_in']:.1f} s ({lane['wait_reason']})", ""
     elif cur.get("in_flight"):
-        wait = "in flight"
+        wait, style = "request in flight", ""
+    else:
+        wait, style = "working", ""
     first = Text(f"{lane['name']}: ", style="bold")
     first.append(now)
-    if wait:
-        first.append(f" · {wait}", style="yellow" if "banned" in wait or "stopped" in wait else "")
+    second = Text("  ")
+    second.append(wait, style=style)
+    second.append(f" · {lane['rows_written']:,} rows {lane['rows_per_s']:.0f}/s · ETA {duration(lane.get('eta_s'))}")
     q = lane.get("queues", {})
-    second = Text(
-        f"  {lane['tasks_done']}/{lane['tasks']} tasks · req {lane['requests_sent']} "
-        f"({lane['throttled'] + lane['banned']} rejected) · left ~{lane['requests_remaining']} · "
-        f"{lane['rows_written']:,} rows {lane['rows_per_s']:.0f}/s · q {q.get('frontier', 0)}/"
-        f"{q.get('processing', 0)}/{q.get('write', 0)} · ETA {duration(lane.get('eta_s'))}", style="dim")
-    for line in (first, second):
+    rejected = lane["throttled"] + lane["banned"]
+    third = Text(f"  tasks {lane['tasks_done']}/{lane['tasks']} · req {lane['requests_sent']} ({rejected} rejected) · "
+                 f"left ~{lane['requests_remaining']} · queues {q.get('frontier', 0)}/{q.get('processing', 0)}/"
+                 f"{q.get('write', 0)}", style="dim")
+    for line in (first, second, third):
         line.no_wrap = True
         line.overflow = "ellipsis"
-    return [first, second]
+    return [first, second, third]
 
 
 def progress_view(snapshot: dict) -> Group:

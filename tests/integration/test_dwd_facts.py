@@ -3,7 +3,7 @@
 import psycopg
 import pytest
 
-from dwd_support import DwdEnv, at, payload
+from dwd_support import DwdEnv, at, fail_inserts, payload
 from feiqiu_etl.tasks.dwd.facts import read_watermark
 
 SETTLE = "ods.settlement"
@@ -100,8 +100,9 @@ def test_a_failed_load_keeps_rows_and_watermark(env):
     env.load_fact("dwd_settlement")
     before = env.rows("dwd_settlement")
     env.ods.put(SETTLE, payload(SETTLE, 1, status=3), fetched_at=at(5))
-    env.ods.put(SETTLE, payload(SETTLE, 2, paidAmount="57.00元"), fetched_at=at(6))
-    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+    env.ods.put(SETTLE, payload(SETTLE, 2), fetched_at=at(6))
+    fail_inserts(env.conn, "dwd.dwd_settlement")
+    with pytest.raises(psycopg.errors.RaiseException):
         env.load_fact("dwd_settlement")
     assert env.rows("dwd_settlement") == before
     assert watermark(env) == at(1)

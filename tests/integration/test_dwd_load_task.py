@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from dwd_support import BUILDERS, DwdEnv, at, payload, scd2_violations
+from dwd_support import BUILDERS, DwdEnv, at, fail_inserts, payload, scd2_violations
 from feiqiu_etl.tasks.dwd import DwdLoadTask, DwdSummary, DwdTableResult, ensure_dwd_tables, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.schema import DwdSchemaError
 
@@ -41,11 +41,13 @@ def test_a_failing_table_rolls_back_alone_and_is_reported(env):
     """Property 11: the failure is in ``errors``; every other table loads."""
     task(env, at(100)).load()
     goods_before = env.rows("dim_goods")
-    # A changed row (its close runs first) plus a row whose business key is empty: the insert then fails on
-    # NOT NULL after the close, so only a rollback keeps the old current row.
+    # A changed row (its close runs first) plus a new one whose insert then fails after the close, so only a
+    # rollback keeps the old current row.
     env.ods.put("ods.goods", payload("ods.goods", 1, goodsName="可乐"), fetched_at=at(110))
-    env.ods.put("ods.goods", payload("ods.goods", 9, goodsId=""), fetched_at=at(110), key=("bad",))
-    env.ods.put("ods.payment", payload("ods.payment", 1, amount="one hundred"), fetched_at=at(110))
+    env.ods.put("ods.goods", payload("ods.goods", 9), fetched_at=at(110))
+    fail_inserts(env.conn, "dwd.dim_goods", "goods_id rejected")
+    env.ods.put("ods.payment", payload("ods.payment", 4), fetched_at=at(110))
+    fail_inserts(env.conn, "dwd.dwd_payment")
     env.ods.put("ods.member", payload("ods.member", 1, nickname="新昵称"), fetched_at=at(110))
     env.ods.put("ods.settlement", payload("ods.settlement", 9), fetched_at=at(110))
 
@@ -54,8 +56,8 @@ def test_a_failing_table_rolls_back_alone_and_is_reported(env):
     assert summary.succeeded + summary.failed == summary.total == 16
     assert [e["table"] for e in summary.errors] == ["dim_goods", "dwd_payment"]
     by_name = {t.table: t for t in summary.tables}
-    assert "NotNullViolation" in by_name["dim_goods"].error and "goods_id" in by_name["dim_goods"].error
-    assert "InvalidTextRepresentation" in by_name["dwd_payment"].error
+    assert "RaiseException" in by_name["dim_goods"].error and "goods_id" in by_name["dim_goods"].error
+    assert "RaiseException" in by_name["dwd_payment"].error
     assert (by_name["dim_goods"].inserted, by_name["dim_goods"].closed) == (0, 0)
     assert env.rows("dim_goods") == goods_before
     assert (by_name["dim_member"].inserted, by_name["dim_member"].closed) == (1, 1)
@@ -64,8 +66,8 @@ def test_a_failing_table_rolls_back_alone_and_is_reported(env):
 
 
 def test_every_table_failing_is_failed_status(env):
-    env.ods.put("ods.refund", payload("ods.refund", 1, amount="x"), fetched_at=at(5))
-    env.ods.put("ods.table_area", payload("ods.table_area", 1, tableCount="many"), fetched_at=at(5))
+    fail_inserts(env.conn, "dwd.dwd_refund")
+    fail_inserts(env.conn, "dwd.dim_table_area")
     summary = task(env, at(100)).load(only_tables=["dwd_refund", "dwd.dim_table_area"])
     assert summary.status == "FAILED" and (summary.succeeded, summary.failed) == (0, 2)
     assert [t.table for t in summary.tables] == ["dim_table_area", "dwd_refund"]
@@ -117,11 +119,11 @@ def test_summary_is_json_ready():
         "now": "2024-03-01T12:00:01+00:00",
         "tables": [
             {"table": "dim_a", "kind": "dimension", "inserted": 1, "updated": 2, "closed": 3, "seconds": 0.123,
-             "error": None},
+             "error": None, "quarantined": 0, "quarantine": []},
             {"table": "dwd_b", "kind": "fact", "inserted": 0, "updated": 0, "closed": 0, "seconds": 0.5,
-             "error": "DataError: bad"},
+             "error": "DataError: bad", "quarantined": 0, "quarantine": []},
         ],
-        "succeeded": 1, "failed": 1, "errors": [{"table": "dwd_b", "error": "DataError: bad"}],
+        "succeeded": 1, "failed": 1, "errors": [{"table": "dwd_b", "error": "DataError: bad"}], "quarantined": 0,
     }
     assert s.status == "PARTIAL" and DwdSummary(now=at(1)).status == "SUCCESS"
 

@@ -21,11 +21,11 @@ def test_truncated_or_stale_handle_list_is_repaired(tmp_path):
     assert json.loads((pgdata / HANDLE_LIST).read_text()) == [1]
 
 
-def test_server_starts_after_a_truncated_handle_list(tmp_path):
-    server = EmbeddedPostgres(tmp_path / "pgdata").start()
+def test_server_starts_after_a_truncated_handle_list(fresh_home):
+    server = EmbeddedPostgres(fresh_home / "pgdata").start()
     server.stop()
-    (tmp_path / "pgdata" / HANDLE_LIST).write_text("[12")
-    again = EmbeddedPostgres(tmp_path / "pgdata").start()
+    (fresh_home / "pgdata" / HANDLE_LIST).write_text("[12")
+    again = EmbeddedPostgres(fresh_home / "pgdata").start()
     try:
         assert again.ensure_database("x")
     finally:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from clikit import PY, cli, env_for, finish, start
+from clikit import PY, cli, env_for, finish, start, wait_for
 from feiqiu_etl.simulator import Simulator
 from flowkit import sim_config
 
@@ -34,7 +34,7 @@ def silent_server():
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield server.getsockname()[1]
+    yield server.getsockname()[1], held
     stop.set()
     thread.join(2)
     for s in held:
@@ -51,7 +51,7 @@ def _lines(text: str) -> list[str]:
 
 
 def test_a_silent_database_ends_with_one_line_within_the_connect_timeout(silent_server):
-    dsn = f"postgresql://etl:pw-secret@127.0.0.1:{silent_server}/warehouse"
+    dsn = f"postgresql://etl:pw-secret@127.0.0.1:{silent_server[0]}/warehouse"
     started = time.monotonic()
     proc = cli(*_run(dsn, "--set", "db.connect_timeout=2")[3:], env=env_for("t"), timeout=60)
     took = time.monotonic() - started
@@ -61,8 +61,10 @@ def test_a_silent_database_ends_with_one_line_within_the_connect_timeout(silent_
 
 
 def test_ctrl_c_while_connecting_to_a_silent_database_stops_at_once(silent_server):
-    proc = start(_run(f"postgresql://etl@127.0.0.1:{silent_server}/w"), env_for("t"))
-    time.sleep(1.5)
+    port, accepted = silent_server
+    proc = start(_run(f"postgresql://etl@127.0.0.1:{port}/w"), env_for("t"))
+    wait_for(lambda: accepted, timeout=30, what="the connection attempt")
+    time.sleep(0.3)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     code, _, err = finish(proc, timeout=30)

@@ -189,8 +189,8 @@ def test_env_file_is_accepted_after_the_command(tmp_path):
     assert missing.returncode == 2 and "no such env file" in missing.stderr
 
 
-def test_sql_prints_jsonb_as_json_on_a_fresh_home(tmp_path):
-    env = env_for("unused", FEIQIU_ETL_HOME=str(tmp_path / "home"))
+def test_sql_prints_jsonb_as_json_on_a_fresh_home(fresh_home):
+    env = env_for("unused", FEIQIU_ETL_HOME=str(fresh_home))  # (as root, tmp_path is closed to the server)
     env.pop("ETL_DB_DSN", None)
     proc = cli("sql", "SELECT '{\"a\": [1, 2]}'::jsonb AS j, count(*) AS runs FROM etl_meta.run", env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr

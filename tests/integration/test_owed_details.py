@@ -46,7 +46,7 @@ def test_an_owed_detail_that_keeps_failing_is_given_up_after_max_attempts(pg_dsn
         assert run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"], window=False).status == "SUCCESS"
         member = sim.dataset.records("ODS_MEMBER", site)[0]
         _owe(pg_dsn, "ODS_MEMBER", site, [member], "memberId")
-        settings = {"detail.max_attempts": 2, "api.retry_attempts": 1}
+        settings = {"detail.max_attempts": 2, "api.retry_attempts": 1, "detail.recheck_share": 0}
         outcomes = []
         for _ in range(3):
             sim.inject(path="/api/member/detail", kind="http503", count=1)
@@ -72,3 +72,26 @@ def test_details_lists_and_drops_owed_details(pg_dsn):
     refused = cli("details", "drop", "ODS_MEMBER", "--dsn", pg_dsn)
     assert refused.returncode == 2 and "--all" in refused.stderr
     assert cli("details", "drop", "ods_member", "--all", "--dsn", pg_dsn).returncode == 0 and _owed(pg_dsn) == []
+
+
+def test_a_corrupted_detail_is_repaired_by_the_periodic_recheck_within_bounded_runs(pg_dsn):
+    with Simulator(sim_config(seed=44)) as sim:
+        site = sim.config.site_ids[0]
+        first = run_flow(sim, pg_dsn, tasks=["ODS_GROUP_PACKAGE"], window=False)
+        assert first.status == "SUCCESS"
+        with psycopg.connect(pg_dsn) as conn:  # one detail row goes bad in the warehouse
+            conn.execute("UPDATE ods.group_package_content SET payload = payload || '{\"qty\": -1}', "
+                         "content_hash = 'corrupt' WHERE ctid = (SELECT min(ctid) FROM ods.group_package_content)")
+        packages = len(sim.dataset.records("ODS_GROUP_PACKAGE", site))
+        used = []
+        for _ in range(packages):  # each run re-checks at least one detail: all of them within N runs
+            run = run_flow(sim, pg_dsn, tasks=["ODS_GROUP_PACKAGE"], window=False,
+                           overrides={"detail.recheck_share": 0.02})
+            used.append(run.tasks[0].recheck)
+            with psycopg.connect(pg_dsn) as conn:
+                bad = conn.execute("SELECT count(*) FROM ods.group_package_content "
+                                   "WHERE content_hash = 'corrupt'").fetchone()[0]
+            if bad == 0:
+                break
+    assert bad == 0, used
+    assert all(u["used"] == u["budget"] >= 1 for u in used), used  # the budget is reported and used

@@ -1,8 +1,9 @@
 """Stateful property test of the SCD2 merge (warehouse-model §4.2, §4.3) on real PostgreSQL.
 
 A hypothesis ``RuleBasedStateMachine`` drives random sequences of ODS changes to ``ods.goods`` (inserts, tracked
-and type-1 updates, NULL↔value, soft deletes, rows vanishing, revivals, several ODS rows for one business key)
-and merges into ``dwd.dim_goods`` with increasing ``now`` values. A small Python model of §4.2 predicts every
+and type-1 updates, NULL↔value, soft deletes, rows vanishing, revivals, several ODS rows for one business key,
+rows whose sale price does not cast) and merges into ``dwd.dim_goods`` with increasing ``now`` values. A row that
+does not cast and wins its key is quarantined and leaves that key as it was (warehouse-model §3.1). A small Python model of §4.2 predicts every
 version; after every step the table must equal the model and every §4.3 rule is checked. One database is
 reused; each example starts from TRUNCATE.
 """
@@ -40,6 +41,7 @@ type1_fields = st.fixed_dictionaries({
     "createTime": st.sampled_from(["2023-05-01 10:00:00", "2024-01-01 00:00:00", ""]),
 })
 fetch_times = st.integers(0, 4)  # few values, so ties on fetched_at happen and the ODS key decides
+POISON = ("十二块", "1e40", "8.8.8")  # sale prices that do not cast to numeric(12,2)
 
 
 def _money(text) -> Decimal | None:
@@ -66,6 +68,10 @@ class OdsRow:
     fetched: int
     deleted: bool = False
 
+    @property
+    def bad(self) -> bool:
+        return self.fields["salePrice"] in POISON
+
 
 @dataclass
 class Version:
@@ -85,22 +91,28 @@ class Model:
     ods: dict[str, OdsRow] = field(default_factory=dict)  # ODS goods_id -> row
     dwd: dict[int, list[Version]] = field(default_factory=dict)  # BK -> versions in order
 
-    def source(self) -> dict[int, OdsRow]:
+    held: set[str] = field(default_factory=set)  # ODS keys in quarantine after the last merge
+
+    def winners(self) -> dict[int, tuple[str, OdsRow]]:
         """One ODS row per BK: live first, then latest fetched_at, then greatest ODS key (all keys 6 digits)."""
         best: dict[int, tuple] = {}
         for key, r in self.ods.items():
             rank = (not r.deleted, r.fetched, key)
             if r.bk not in best or rank > best[r.bk][0]:
-                best[r.bk] = (rank, r)
-        return {bk: v[1] for bk, v in best.items()}
+                best[r.bk] = (rank, key, r)
+        return {bk: v[1:] for bk, v in best.items()}
 
     def merge(self, now: datetime) -> tuple[int, int, int]:
         inserted = updated = closed = 0
-        source = self.source()
+        winners = self.winners()
+        self.held = {key for key, r in winners.values() if r.bad}
+        source = {bk: r for bk, (_, r) in winners.items()}
         for bk in sorted(set(source) | set(self.dwd)):
             versions = self.dwd.setdefault(bk, [])
             cur = versions[-1] if versions and versions[-1].valid_to == OPEN_END else None
             src = source.get(bk)
+            if src is not None and src.bad:  # quarantined: the key stays as it was
+                continue
             if src is None or src.deleted:
                 if cur:
                     cur.valid_to, cur.closed_by_delete = now, True
@@ -133,7 +145,7 @@ class Scd2Machine(RuleBasedStateMachine):
         self.dirty = False
         self.closed_rows: dict[int, tuple] = {}
         self.table = self.env.table("dim_goods")
-        self.env.truncate("ods.goods", "dwd.dim_goods")
+        self.env.truncate("ods.goods", "dwd.dim_goods", "etl_meta.dwd_quarantine")
 
     def now(self, n: int) -> datetime:
         return at(1000 + 10 * n)
@@ -168,6 +180,13 @@ class Scd2Machine(RuleBasedStateMachine):
     def duplicate_key(self, n, j, tracked, type1, fetched, deleted):
         """Another ODS row (key 9002nj) whose payload names the same goodsId as goods n."""
         self._put(str(900000 + 10 * n + j), n, {**tracked, **type1}, fetched, deleted)
+
+    @rule(n=GOODS, price=st.sampled_from(POISON), type1=type1_fields, fetched=fetch_times, duplicate=st.booleans(),
+          deleted=st.booleans())
+    def poison(self, n, price, type1, fetched, duplicate, deleted):
+        """A row of goods n (its own ODS key, or the duplicate 9002n1) whose sale price does not cast."""
+        key = str(900000 + 10 * n + 1) if duplicate else str(100230 + n)
+        self._put(key, n, {"salePrice": price, **type1}, fetched, deleted)
 
     @precondition(lambda self: self.model.ods)
     @rule(data=st.data())
@@ -216,6 +235,9 @@ class Scd2Machine(RuleBasedStateMachine):
             "SELECT goods_id, version_no, valid_from, valid_to, is_current, " + ", ".join(TRACKED + TYPE1)
             + " FROM dwd.dim_goods ORDER BY goods_id, version_no").fetchall()
         assert rows == self.model.rows()  # §4.2 and rules 3–6 (one version per change, NULL is a value, …)
+        held = {r[0] for r in conn.execute("SELECT source_key->>'goods_id' FROM etl_meta.dwd_quarantine"
+                                            " WHERE table_name = 'dwd.dim_goods' AND column_name = 'sale_price'")}
+        assert held == self.model.held  # §3.1: exactly the winners that do not cast
         bad_hash = conn.execute(
             "SELECT count(*) FROM dwd.dim_goods WHERE change_hash <> md5(jsonb_build_array("
             + ", ".join(TRACKED) + ")::text)").fetchone()[0]

@@ -11,6 +11,7 @@ from feiqiu_etl.api import (
     APIClient, AuthError, BusinessError, ConfigurationError, NotFoundError, RateLimitedError, RetryPolicy,
     ServerError,
 )
+from feiqiu_etl.api.errors import MalformedResponse
 from feiqiu_etl.api.client import parse_retry_after
 from feiqiu_etl.pipeline import FakeClock, PipelineRequest, RateLimiter, RequestScheduler
 
@@ -99,6 +100,16 @@ def test_non_envelope_200_is_retried_as_malformed():
     client, seen = client_for([httpx.Response(200, text="<html>gateway</html>"), envelope(0, {})])
     fetch(client)
     assert len(seen) == 2
+
+
+def test_too_deeply_nested_body_is_retried_as_malformed():
+    deep = b'{"code":0,"msg":"ok","data":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    client, seen = client_for([httpx.Response(200, content=deep), envelope(0, {"list": []})])
+    out, _ = fetch(client)
+    assert len(seen) == 2 and out["data"] == {"list": []}
+    client, seen = client_for([httpx.Response(200, content=deep)] * 2, attempts=2)
+    with pytest.raises(MalformedResponse, match="nested too deeply"):
+        fetch(client)
 
 
 def test_rate_limited_after_all_attempts_raises():

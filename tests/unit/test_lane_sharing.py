@@ -143,3 +143,18 @@ def test_attempt_records_carry_gap_reason_and_outcome():
     assert [(r.seq, r.outcome, r.wait_reason) for r in records] == [(1, "ok", None), (2, "throttled", "gap"),
                                                                      (3, "ok", "floor")]  # 2 s drawn + 4 s demanded
     assert records[1].gap == pytest.approx(2.0) and records[2].label == "/a page 2" and records[2].tenant == 7
+
+
+def test_a_rejection_of_a_request_that_honoured_the_floor_does_not_ratchet_it_up():
+    clock = FakeClock()
+    lane = RequestScheduler(clock)
+    fast = RateLimiter(0.1, 0.1, clock=clock)
+    lane.send(_timed(clock, []), fast, gap_class="standard")
+    with pytest.raises(Throttled):
+        lane.send(_timed(clock, [], error=Throttled(3)), fast, gap_class="standard")
+    assert lane.floor("standard") == pytest.approx(3.1)
+    for _ in range(3):  # e.g. another process on the token: rejected although the floor was honoured
+        with pytest.raises(Throttled):
+            lane.send(_timed(clock, [], error=Throttled(3)), fast, gap_class="standard")
+    assert lane.floor("standard") == pytest.approx(3.1)
+    assert lane.statistics().throttled == 4

@@ -169,6 +169,8 @@ class APIClient:
             envelope = json.loads(resp.content)
         except ValueError:
             raise MalformedResponse("body is not JSON", endpoint=endpoint, http_status=status) from None
+        except RecursionError:  # e.g. 100,000 nested arrays: Python's parser gives up; retried like any bad body
+            raise MalformedResponse("body is nested too deeply", endpoint=endpoint, http_status=status) from None
         r = self._rules
         if not isinstance(envelope, dict) or type(envelope.get(r.code_field)) is not int:  # bool is no code
             raise MalformedResponse("body is not an envelope", endpoint=endpoint, http_status=status)

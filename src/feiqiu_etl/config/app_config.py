@@ -35,6 +35,8 @@ GLOBAL_KEYS: dict[str, str] = {
     "lane.max_transport_failures": "abort a lane after this many requests in a row reached no server (default 5)",
     "lane.max_active_stores": "stores of one lane that take turns on it at once (default 8)",
     "detail.max_attempts": "runs that may fail on an owed detail before it is given up (default 5)",
+    "detail.recheck_share": "share of a lane's requests spent re-fetching the details checked longest ago, so a "
+                            "corrupted detail is repaired within a bounded number of runs (default 0.02; 0 = off)",
     "db.connect_timeout": "PostgreSQL connect timeout in seconds (default 10)",
     "db.unavailable_limit": "seconds the database may stay unreachable during a run before it fails (default 60)",
     "run.heartbeat_seconds": "how often a run publishes its status and heartbeat, s (default 1)",
@@ -53,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "lane.max_transport_failures": 5,
     "lane.max_active_stores": 8,
     "detail.max_attempts": 5,
+    "detail.recheck_share": 0.02,
     "db.connect_timeout": 10.0,
     "db.unavailable_limit": 60.0,
     "run.heartbeat_seconds": 1.0,
@@ -226,6 +229,28 @@ def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] |
     if problems:
         raise ConfigError(f"{p}: {problems[0].rstrip('.')}")
     for name, value in values.items():
+        _check_env_entry(p, name, value)
+    for name, value in values.items():
         if value is not None and name not in target:
             target[name] = value
     return set(values)
+
+
+#: Longest value a ``.env`` line may set, characters. Real settings are short; a child process cannot even
+#: receive a variable above 128 KiB (Linux MAX_ARG_STRLEN), so a huge value is a mistake in the file.
+MAX_ENV_VALUE = 32 * 1024
+
+
+def _check_env_entry(path: Path, name: str, value: str | None) -> None:
+    """Raise :class:`ConfigError` (naming the file and the variable, never the value) for a name or value
+    the environment cannot hold: a NUL byte, ``=`` or an empty name, or a value above :data:`MAX_ENV_VALUE`."""
+    shown = name.replace("\0", "\\0")[:80]
+    if not name or "\0" in name or "=" in name:
+        raise ConfigError(f"{path}: '{shown}' is not a valid variable name")
+    if value is None:
+        return
+    if "\0" in value:
+        raise ConfigError(f"{path}: the value of {shown} holds a NUL byte")
+    if len(value) > MAX_ENV_VALUE:
+        raise ConfigError(f"{path}: the value of {shown} is {len(value):,} characters long; at most "
+                          f"{MAX_ENV_VALUE:,} are allowed")

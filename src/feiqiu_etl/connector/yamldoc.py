@@ -19,6 +19,10 @@ def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: cannot read {what}: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise error(f"{path}: cannot read {what}: nested too deeply") from None
     except yaml.YAMLError as exc:
         raise error(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
 

@@ -22,6 +22,30 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: float | None
     return conn
 
 
+#: Server roles whose members may run programs or write files on the database server.
+DANGEROUS_ROLES = ("pg_execute_server_program", "pg_write_server_files")
+
+
+def check_read_only_role(conn: psycopg.Connection) -> str | None:
+    """None when the connected role can neither run programs nor write files on the server; else a one-line
+    reason (it is a superuser or has the privileges of a role in :data:`DANGEROUS_ROLES`), naming the role.
+
+    ``feiqiu-etl sql`` refuses such roles: a READ ONLY transaction does not stop ``COPY … TO PROGRAM`` or
+    ``COPY … TO '/file'``."""
+    name, superuser, dangerous = conn.execute(
+        "SELECT current_user, rolsuper, ARRAY(SELECT r FROM unnest(%s::text[]) r"
+        " WHERE pg_has_role(current_user, r, 'USAGE')) FROM pg_roles WHERE rolname = current_user",
+        (list(DANGEROUS_ROLES),)).fetchone()
+    if superuser:
+        powers = ["a superuser"]
+    elif dangerous:
+        powers = [f"a member of {r}" for r in dangerous]
+    else:
+        return None
+    return (f"refusing to run: role {name} is {' and '.join(powers)}, so it may run programs or write files on "
+            "the server; use a read-only role for sql (README: a read-only role for sql)")
+
+
 def _split_uri(dsn: str) -> tuple[str, str | None, str, str] | None:
     """``scheme://user:password@rest`` → (scheme, user, password or None, rest). The *last* ``@`` ends the
     credentials, so a password may contain ``@``, ``/``, ``?`` or ``:`` even when not percent-encoded."""

@@ -109,6 +109,16 @@ CREATE TABLE IF NOT EXISTS etl_meta.run_request (
     detail     text,
     PRIMARY KEY (run_id, lane, seq)
 );
+CREATE TABLE IF NOT EXISTS etl_meta.detail_checked (
+    connector   text NOT NULL,
+    task_code   text NOT NULL,
+    site_id     bigint NOT NULL,
+    parent_key  text NOT NULL,
+    checked_at  timestamptz NOT NULL,
+    run_id      text NOT NULL,
+    PRIMARY KEY (connector, task_code, site_id, parent_key)
+);
+CREATE INDEX IF NOT EXISTS detail_checked_oldest ON etl_meta.detail_checked (connector, task_code, site_id, checked_at);
 CREATE TABLE IF NOT EXISTS etl_meta.snapshot_done (
     connector    text NOT NULL,
     task_code    text NOT NULL,

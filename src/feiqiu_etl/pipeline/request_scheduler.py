@@ -42,9 +42,10 @@ from feiqiu_etl.pipeline.rate_limiter import RateLimiter
 
 T = TypeVar("T")
 
-WAIT_REASONS = ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane")
+WAIT_REASONS = ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane", "paused")
 """Why the next request is not sent yet: its drawn gap, the class floor, an upstream retry hint, a ban,
-a hold after a timed-out request, or another tenant holding the lane."""
+a hold after a timed-out request, another tenant holding the lane, or the lane paused from outside (e.g.
+while the database that stores the rows is away)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class RequestScheduler:
         self._tripped: str | None = None
         self._cancelled_waits = 0
         self._aborted = 0
+        self._paused: str | None = None
         self._busy_seconds = 0.0
         self._waited_seconds = 0.0
 
@@ -165,6 +167,20 @@ class RequestScheduler:
         """The learnt minimum gap (s) of ``gap_class`` (0 when the upstream never complained)."""
         with self._cond:
             return self._floors.get(gap_class or "", 0.0)
+
+    def pause(self, reason: str) -> None:
+        """Send nothing until :meth:`resume` (a request already in flight finishes; cancel still works)."""
+        with self._cond:
+            if self._paused is None:
+                self._log.warning("lane %s paused: %s", self.name, reason)
+            self._paused = reason
+
+    def resume(self) -> None:
+        with self._cond:
+            if self._paused is not None:
+                self._log.warning("lane %s resumed", self.name)
+            self._paused = None
+            self._cond.notify_all()
 
     def trip(self, reason: str) -> None:
         """Trip the circuit breaker by hand (idempotent; the first reason wins)."""
@@ -284,11 +300,26 @@ class RequestScheduler:
                     self._cancelled_waits += 1
             if cancelled:
                 raise Cancelled()
+        paused = self._wait_unpaused(cancel_event)
         if cancel_event is not None and cancel_event.is_set():
             with self._cond:
                 self._cancelled_waits += 1
             raise Cancelled()
-        return due.reason if remaining > 0 else None
+        return "paused" if paused else (due.reason if remaining > 0 else None)
+
+    def _wait_unpaused(self, cancel_event: threading.Event | None) -> bool:
+        """Hold the granted request while the lane is paused; True if it had to wait."""
+        waited = False
+        with self._cond:
+            while self._paused is not None and self._tripped is None:
+                waited = True
+                self._due = _Due(self._clock.monotonic(), "paused")
+                if cancel_event is not None and cancel_event.is_set():
+                    break
+                self._cond.wait(0.1)
+            if self._tripped is not None:
+                raise LaneTripped(self._tripped)
+        return waited
 
     def _call(self, fn: Callable[[], T], cancel_event: threading.Event | None, gap_class: str | None,
               abortable: bool, label: str | None = None, tenant: Hashable | None = None,
@@ -352,7 +383,7 @@ class RequestScheduler:
             else:
                 self._throttled += 1
             if backoff.kind == "throttled" and gap_class is not None:
-                self._raise_floor(gap_class, (gap_at_send or 0.0) + backoff.seconds, backoff.detail)
+                self._raise_floor(gap_class, (gap_at_send or 0.0) + backoff.seconds, backoff.detail, gap_at_send)
         if getattr(error, "transport_failure", False):
             self._transport_streak += 1
             if self._max_transport is not None and self._transport_streak >= self._max_transport \
@@ -364,9 +395,11 @@ class RequestScheduler:
         else:
             self._transport_streak = 0
 
-    def _raise_floor(self, gap_class: str, seconds: float, detail: str) -> None:
+    def _raise_floor(self, gap_class: str, seconds: float, detail: str, gap_at_send: float | None = None) -> None:
         old = self._floors.get(gap_class)
-        if old is not None and old >= seconds:
+        if old is not None and (old >= seconds or (gap_at_send is not None and gap_at_send >= old)):
+            # Sent after the learnt floor and still rejected: not our spacing (another client of the token,
+            # or an upstream hiccup). The demanded wait holds the lane; the floor does not ratchet up.
             return
         self._floors[gap_class] = seconds
         if old is None:
@@ -382,7 +415,7 @@ class RequestScheduler:
             now = self._clock.monotonic()
             due = self._due
             due_in = max(0.0, due.at - now) if due is not None else 0.0
-            reason = due.reason if due is not None and due_in > 0 else None
+            reason = due.reason if due is not None and (due_in > 0 or due.reason == "paused") else None
             if reason is None and not self._in_flight and self._queue:
                 reason = "lane"
             return LaneStatistics(

@@ -8,6 +8,7 @@ api.md Q13), the horizon to record, the owed details and an estimate of requests
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from feiqiu_etl.connector.spec import OdsTaskSpec
@@ -24,11 +25,13 @@ DEFAULT_REQUEST_SECONDS = 0.1
 def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetime | None = None) -> RunPlan:
     """The run's plan. ``now`` (naive Asia/Shanghai) defaults to ``inputs.windows.now`` or the current time."""
     now = now or inputs.windows.now or local_now()
-    lanes = tuple(_lane(inputs, lane, history, now) for lane in inputs.lanes)
+    share = inputs.config.number("detail.recheck_share", float)
+    lanes = tuple(_with_rechecks(_lane(inputs, lane, history, now), share) for lane in inputs.lanes)
     return RunPlan(
         connector=inputs.connector, lanes=lanes, load_ods=inputs.load_ods, dwd=inputs.dwd, now=now,
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
         unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.detail_max_attempts,
+        db_unavailable_limit=inputs.config.number("db.unavailable_limit", float),
         settings=settings_snapshot(inputs),
     )
 
@@ -50,6 +53,20 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
         connect_timeout=inputs.connect_timeout, retry=inputs.retry,
         max_transport_failures=inputs.max_transport_failures, max_active_stores=inputs.max_active_stores,
     )
+
+
+def _with_rechecks(lane: LanePlan, share: float) -> LanePlan:
+    """Spread ``share`` of the lane's estimated requests over its tasks with details (each gets its part,
+    at least one while the share is above 0): that many details checked longest ago are fetched again."""
+    detailed = [i for i, t in enumerate(lane.tasks) if t.spec.detail is not None and not t.first_load]
+    if share <= 0 or not detailed:
+        return lane
+    budget = max(len(detailed), math.ceil(share * lane.estimate_requests))
+    tasks = list(lane.tasks)
+    for n, i in enumerate(detailed):
+        part = budget // len(detailed) + (1 if n < budget % len(detailed) else 0)
+        tasks[i] = replace(tasks[i], recheck_budget=part)
+    return replace(lane, tasks=tuple(tasks))
 
 
 def plan_windows(inputs: PlanInputs, spec: OdsTaskSpec, past: TaskHistory,

@@ -136,6 +136,7 @@ def prepare(options: RunOptions) -> PlanInputs:
         mapping = _dwd_mapping(connector, options.dwd_tables)
         dwd = DwdPlan(tuple(options.dwd_tables) or None, workers, options.dwd_full)
     for key, low, high in (("db.connect_timeout", 0.5, 600), ("db.unavailable_limit", 1, 86400),
+                           ("detail.recheck_share", 0, 0.5),
                            ("run.heartbeat_seconds", 0.1, 60), ("run.stale_after", 2, 86400),
                            ("progress.heartbeat_seconds", 0, 86400)):
         config.number(key, float, minimum=low, maximum=high)

@@ -72,6 +72,7 @@ class TaskPlan:
     ``horizon`` (incremental runs) is the earliest start planned, recorded before any request so that a
     segment that fails stays a gap for the next run. ``owed_details`` counts details still owed by earlier
     runs (fetched first). ``first_load`` is True when no earlier run of this task and store is known.
+    ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``).
     """
 
     spec: OdsTaskSpec
@@ -82,6 +83,7 @@ class TaskPlan:
     owed_details: int = 0
     estimate: Estimate = Estimate()
     first_load: bool = False
+    recheck_budget: int = 0
 
     @property
     def code(self) -> str:
@@ -93,6 +95,7 @@ class TaskPlan:
                 "endpoint": self.spec.endpoint, "detail_endpoint": self.spec.detail_endpoint,
                 "gap_class": self.spec.gap_class, "rate_min": self.config.rate_min, "rate_max": self.config.rate_max,
                 "windows": [[fmt(w.start), fmt(w.end)] for w in self.windows], "owed_details": self.owed_details,
+                "recheck_budget": self.recheck_budget,
                 "estimate": {"list_requests": e.list_requests, "detail_requests": e.detail_requests,
                              "requests": e.requests, "seconds": round(e.seconds, 1), "basis": e.basis}}
 
@@ -177,6 +180,7 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
+    db_unavailable_limit: float = 60.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

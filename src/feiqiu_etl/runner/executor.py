@@ -41,7 +41,7 @@ class TaskExecutor:
                 task, transport=transport, lane=lane, dsn=self.rt.dsn, run_id=self.rt.run_id,
                 cancel_token=self.rt.token, logger=logger, conventions=self.rt.conventions, observer=observer,
                 tenant=site, abortable=self.rt.abortable, detail_max_attempts=self.rt.detail_max_attempts,
-                lane_name=self.lane_name, connect=self.rt.connect,
+                lane_name=self.lane_name, connect=self.rt.connect, health=self.rt.health,
             )
             try:
                 run = ods.execute()

@@ -22,6 +22,7 @@ import psycopg
 from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.db.connection import connect as db_connect
+from feiqiu_etl.db.health import DatabaseHealth, DatabaseUnavailable
 from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
@@ -80,11 +81,14 @@ class FlowRunner:
         self._connect = connect or db_connect
         self.heartbeat = heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
+        self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit, cancel_event=self.token.event,
+                                     on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         runtime = LaneRuntime(dsn=dsn, run_id=self.run_id, token=self.token, rules=envelope_rules(plan.connector),
                               conventions=ApiConventions.of(plan.connector),
                               detail_max_attempts=plan.detail_max_attempts, store_log=self._store_block,
                               store_request=self._store_request,
-                              client_factory=client_factory, connect=self._connect, abortable=abortable)
+                              client_factory=client_factory, connect=self._connect, abortable=abortable,
+                              health=self.health)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
         self.control: RunControl | None = None
@@ -101,10 +105,10 @@ class FlowRunner:
         self._t0 = time.monotonic()
         self.result.started_at = started.isoformat()
         plan = self.plan
-        with self._connect(self.dsn) as conn:
-            registry.start_run(conn, self.run_id, command=self.command, args=self.args, config=plan.settings,
-                               lanes=[lane.key for lane in plan.lanes], stores=plan.stores,
-                               tasks=plan.task_codes, started_at=started)
+        with self.health.slot() as slot:
+            slot.run(lambda conn: registry.start_run(
+                conn, self.run_id, command=self.command, args=self.args, config=plan.settings,
+                lanes=[lane.key for lane in plan.lanes], stores=plan.stores, tasks=plan.task_codes, started_at=started))
         RunIdFilter.run_id = self.run_id
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
@@ -155,6 +159,20 @@ class FlowRunner:
             out.append(lane)
         return out
 
+    def _db_down(self, reason: str) -> None:
+        for lane in self.lanes:
+            lane.scheduler.pause(f"database unavailable ({reason})")
+
+    def _db_up(self) -> None:
+        for lane in self.lanes:
+            lane.scheduler.resume()
+
+    def _db_gone(self, reason: str) -> None:
+        self.result.database_lost = True
+        self.result.error = reason
+        for lane in self.lanes:
+            lane.stop(reason)
+
     def _lanes_lost(self, names: list[str]) -> None:
         for lane in self.lanes:
             if lane.plan.name in names:
@@ -166,10 +184,11 @@ class FlowRunner:
         dwd = self.plan.dwd
         try:
             mapping = load_dwd_mapping(self.plan.connector.dwd_mapping_path())
-            with self._connect(self.dsn) as conn:
-                ensure_dwd_tables(conn, mapping)
+            with self.health.slot() as slot:
+                slot.run(lambda conn: ensure_dwd_tables(conn, mapping))
             task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
-                               logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.token.event)
+                               logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.token.event,
+                               health=self.health)
             self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
@@ -187,14 +206,16 @@ class FlowRunner:
                                                                      r.totals()["rows_written"]]])}
         if self.control is not None:
             self.control.stop()
+        if self.control is not None:
+            self.control.flush_now()
         try:
-            with self._connect(self.dsn) as conn:
-                if self.control is not None:
-                    self.control.flush_now()
-                registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code, summary=summary,
-                                    error=r.error or _first_reason(r), **r.totals())
-        except psycopg.Error as exc:
-            log.error("could not record the end of run %s: %s", self.run_id, _one_line(exc))
+            with self.health.slot() as slot:
+                slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
+                                                          summary=summary, error=r.error or _first_reason(r),
+                                                          **r.totals()))
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
+                      _one_line(exc))
 
     # ------------------------------------------------------------------------------------------------ logs
     def _store_entry(self, item: dict) -> None:

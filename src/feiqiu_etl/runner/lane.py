@@ -66,6 +66,7 @@ class LaneRuntime:
     client_factory: Callable[..., APIClient] = APIClient
     connect: Callable | None = None
     abortable: bool = True
+    health: Any = None
 
 
 class LaneRunner:
@@ -240,7 +241,9 @@ class LaneRunner:
         }
 
     def _seconds_per_request(self, lane) -> float:
-        if lane.requests_sent >= 3:
-            return (lane.busy_seconds + lane.waited_seconds) / lane.requests_sent
+        """Lane seconds per request so far — wall time, so that the work between requests (a task's start,
+        its last batch) counts too; before three requests, the planned mean gap plus 0.1 s."""
+        if lane.requests_sent >= 3 and self._started is not None:
+            return (time.monotonic() - self._started) / lane.requests_sent
         tasks = self.plan.tasks
         return sum((t.config.rate_min + t.config.rate_max) / 2 for t in tasks) / len(tasks) + 0.1 if tasks else 0.0

@@ -13,6 +13,9 @@ Where a fault strikes (documented so tests can predict the risk-control state):
   except ``code42901``, which pretends risk control refused it: the lane is released without a completion and no
   violation is counted.
 * ``stall`` sleeps ``stall_seconds`` and then answers normally (if the client is still there).
+* ``truncated`` answers HTTP 200 with the first half of the real body (its ``Content-Length`` says so): a
+  cut JSON document; ``non_utf8`` answers HTTP 200 with the real body plus bytes that are not UTF-8. Both are
+  accepted requests for risk control.
 
 What it must never do: sleep or write responses itself (the server does), or match a request of another path.
 """
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 GATEWAY_KINDS = frozenset({"http429"})
 HTTP_KINDS = frozenset({"http429", "http500", "http502", "http503", "http504"})
 BUSINESS_KINDS = frozenset({"code50001", "code42901", "code40401"})
-FAULT_KINDS = HTTP_KINDS | BUSINESS_KINDS | {"stall"}
+BODY_KINDS = frozenset({"truncated", "non_utf8"})
+FAULT_KINDS = HTTP_KINDS | BUSINESS_KINDS | BODY_KINDS | {"stall"}
 
 
 @dataclass

@@ -31,7 +31,7 @@ from feiqiu_etl.simulator.catalog import (
 )
 from feiqiu_etl.simulator.config import SimulatorConfig
 from feiqiu_etl.simulator.dataset import Dataset
-from feiqiu_etl.simulator.faults import Fault, FaultInjector
+from feiqiu_etl.simulator.faults import BODY_KINDS, Fault, FaultInjector
 from feiqiu_etl.simulator.params import (
     ApiError,
     parse_body,
@@ -156,9 +156,15 @@ class Service:
                 self._sleep(self.config.processing_delay)
             if fault is not None and fault.kind == "stall":
                 self._sleep(fault.stall_seconds)
-            if fault is not None and fault.kind != "stall":
+            if fault is not None and fault.kind not in ("stall", *BODY_KINDS):
                 return self._fault_reply(fault, endpoint, context, complete)
             reply = self._business(endpoint, body, body_error, context, complete)
+            if fault is not None and fault.kind == "truncated":
+                return replace(reply, body=reply.body[: max(1, len(reply.body) // 2)], fault=fault.kind,
+                               outcome="fault", record_count=0)
+            if fault is not None and fault.kind == "non_utf8":
+                return replace(reply, body=reply.body[:-1] + b"\xff\xfe\x80" + reply.body[-1:], fault=fault.kind,
+                               outcome="fault", record_count=0)
             return reply if fault is None else _with_fault(reply, fault)
         except BaseException:
             self.risk.complete(token)

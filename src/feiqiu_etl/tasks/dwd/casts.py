@@ -123,6 +123,56 @@ def _helper(cast: str, target: sql.SQL, path: tuple[str, ...], payload: sql.Comp
     raise ValueError(f"unknown cast helper {cast!r}")
 
 
+def cast_input(column: DwdColumn, payload: sql.Composable = sql.Identifier("payload")) -> Fragment | None:
+    """The text that :func:`cast_sql` hands to the input function of ``column.sql_type`` (so the cast fails
+    exactly when this text is not a valid value of that type), or None for the casts that cannot fail
+    (TXT, BOOL, JSONB). ``REF``'s ``0 → NULL`` and the ``when`` condition are applied after the input."""
+    text = json_text(column.path, payload)
+    if column.cast in ("TXT", "BOOL", "JSONB"):
+        return None
+    if column.cast in ("ID", "REF"):
+        return text
+    if column.cast == "TS":
+        return Fragment.of("({} || '+08:00')", _empty_to_null(text))
+    return _empty_to_null(text)
+
+
+def cast_error_sql(column: DwdColumn, payload: sql.Composable = sql.Identifier("payload"), *,
+                   native: bool = True) -> Fragment | None:
+    """A text expression: NULL when ``column`` casts (or its field is absent or its ``when`` is false), else
+    PostgreSQL's message for the value (and its detail in parentheses), e.g. ``numeric field overflow (A
+    field with precision 12, scale 2 must round to an absolute value less than 10^10.)``. ``native`` uses
+    ``pg_input_error_info`` (PostgreSQL >= 16); otherwise the session's ``pg_temp.feiqiu_input_error``
+    (:data:`INPUT_ERROR_FUNCTION`, which the caller creates first). None when the cast cannot fail."""
+    text = cast_input(column, payload)
+    if text is None:
+        return None
+    if native:
+        err = Fragment.of("(SELECT e.message || COALESCE(' (' || e.detail || ')', '')"
+                          " FROM pg_input_error_info({}, {}) e WHERE e.message IS NOT NULL)", text, param(column.sql_type))
+    else:
+        err = Fragment.of("pg_temp.feiqiu_input_error({}, {})", text, param(column.sql_type))
+    if column.when is not None:
+        err = Fragment.of("CASE WHEN {} = {} THEN {} END", json_text((column.when.field,), payload),
+                          param(column.when.equals), err)
+    return err
+
+
+#: ``pg_temp.feiqiu_input_error(value, type)`` for servers before 16 (no ``pg_input_error_info``): tries the
+#: input in a subtransaction (slow, so only used to find the rows that do not cast). It accepts only the
+#: type names of the mapping's closed list (:data:`CAST_TYPES`), which it pastes into the cast.
+INPUT_ERROR_FUNCTION = sql.SQL(
+    "CREATE OR REPLACE FUNCTION pg_temp.feiqiu_input_error(value text, type_name text) RETURNS text"
+    " LANGUAGE plpgsql AS $f$ BEGIN"
+    " IF value IS NULL THEN RETURN NULL; END IF;"
+    " IF NOT type_name = ANY({types}) THEN RAISE EXCEPTION 'not a DWD column type: %', type_name; END IF;"
+    " EXECUTE format('SELECT %L::%s', value, type_name); RETURN NULL;"
+    " EXCEPTION WHEN data_exception THEN DECLARE detail text; BEGIN"
+    " GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;"
+    " RETURN SQLERRM || COALESCE(' (' || NULLIF(detail, '') || ')', ''); END; END $f$"
+).format(types=sql.Literal(sorted(_TYPES)))
+
+
 def cast_sql(column: DwdColumn, payload: sql.Composable = sql.Identifier("payload")) -> Fragment:
     """The expression for ``column`` read from ``payload`` (warehouse-model §3 and the §5.2 CASE forms).
 

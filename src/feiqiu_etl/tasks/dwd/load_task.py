@@ -22,6 +22,7 @@ from typing import Any, Literal
 from feiqiu_etl.db.connection import connect
 from feiqiu_etl.tasks.dwd.facts import load_fact
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
+from feiqiu_etl.tasks.dwd.quarantine import QuarantinedRow, held
 from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
 from feiqiu_etl.tasks.dwd.staging import LoadCounts
 
@@ -32,8 +33,10 @@ CANCELLED_BEFORE_START = "cancelled before start"
 @dataclass(frozen=True)
 class DwdTableResult:
     """Outcome of one table: ``table`` (bare name, e.g. ``"dim_member"``), ``kind`` (``"dimension"``/``"fact"``),
-    rows ``inserted``/``updated``/``closed`` (all 0 when it failed), wall ``seconds``, and ``error`` (one line,
-    None on success)."""
+    rows ``inserted``/``updated``/``closed`` (all 0 when it failed), wall ``seconds``, ``error`` (one line,
+    None on success), and ``quarantined``: source rows of this table held in ``etl_meta.dwd_quarantine``
+    after the load (rows that cannot be loaded; the rest of the table loaded), with the first ones in
+    ``quarantine`` (:class:`~feiqiu_etl.tasks.dwd.quarantine.QuarantinedRow`)."""
 
     table: str
     kind: str
@@ -42,6 +45,8 @@ class DwdTableResult:
     closed: int = 0
     seconds: float = 0.0
     error: str | None = None
+    quarantined: int = 0
+    quarantine: tuple[QuarantinedRow, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -49,7 +54,8 @@ class DwdTableResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "kind": self.kind, "inserted": self.inserted, "updated": self.updated,
-                "closed": self.closed, "seconds": round(self.seconds, 3), "error": self.error}
+                "closed": self.closed, "seconds": round(self.seconds, 3), "error": self.error,
+                "quarantined": self.quarantined, "quarantine": [q.to_dict() for q in self.quarantine]}
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,11 @@ class DwdSummary:
         return self.total - self.succeeded
 
     @property
+    def quarantined(self) -> int:
+        """Source rows held in quarantine, over all tables."""
+        return sum(t.quarantined for t in self.tables)
+
+    @property
     def errors(self) -> list[dict[str, str]]:
         """``[{"table": name, "error": message}]`` for every failed table, in mapping order."""
         return [{"table": t.table, "error": t.error} for t in self.tables if t.error is not None]
@@ -79,17 +90,19 @@ class DwdSummary:
     @property
     def status(self) -> SummaryStatus:
         """``CANCELLED`` when a table was not started because of a cancel; else ``SUCCESS`` when nothing
-        failed, ``FAILED`` when every table failed, else ``PARTIAL``."""
+        failed and nothing is quarantined, ``FAILED`` when every table failed, else ``PARTIAL`` (quarantined
+        rows are items that failed while the rest loaded: README's exit code 3)."""
         if any(t.error == CANCELLED_BEFORE_START for t in self.tables):
             return "CANCELLED"
         if self.failed == 0:
-            return "SUCCESS"
+            return "PARTIAL" if self.quarantined else "SUCCESS"
         return "FAILED" if self.succeeded == 0 else "PARTIAL"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``{"now", "tables": [...], "succeeded", "failed", "errors": [...]}``."""
+        """JSON-ready: ``{"now", "tables": [...], "succeeded", "failed", "errors": [...], "quarantined"}``."""
         return {"now": self.now.isoformat(), "tables": [t.to_dict() for t in self.tables],
-                "succeeded": self.succeeded, "failed": self.failed, "errors": self.errors}
+                "succeeded": self.succeeded, "failed": self.failed, "errors": self.errors,
+                "quarantined": self.quarantined}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -108,7 +121,7 @@ class DwdLoadTask:
 
     def __init__(self, dsn: str, mapping: DwdMapping, *, parallel_workers: int = 4, run_id: str,
                  logger: logging.Logger | None = None, now: datetime | None = None,
-                 cancel_event: threading.Event | None = None):
+                 cancel_event: threading.Event | None = None, health: Any = None):
         if parallel_workers < 1:
             raise ValueError(f"parallel_workers must be >= 1, got {parallel_workers}")
         if not run_id:
@@ -122,6 +135,7 @@ class DwdLoadTask:
         self.log = logger or logging.getLogger(__name__)
         self.now = now
         self.cancel_event = cancel_event
+        self.health = health  # a feiqiu_etl.db.health.DatabaseHealth: a lost connection retries the table
 
     def load(self, only_tables: list[str] | None = None, serial: bool = False) -> DwdSummary:
         """Merge the dimensions, then load the facts; return the :class:`DwdSummary`.
@@ -148,11 +162,21 @@ class DwdLoadTask:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dwd") as pool:
             return list(pool.map(lambda t: self._run_table(t, now), group))
 
-    def _load_one(self, table: DwdTable, now: datetime) -> LoadCounts:
-        with connect(self.dsn) as conn:
+    def _load_one(self, table: DwdTable, now: datetime) -> tuple[LoadCounts, int, list[QuarantinedRow]]:
+        def load(conn) -> tuple[LoadCounts, int, list[QuarantinedRow]]:
             if table.is_dimension:
-                return merge_dim_scd2(conn, table, now=now, run_id=self.run_id)
-            return load_fact(conn, table, run_id=self.run_id)
+                counts = merge_dim_scd2(conn, table, now=now, run_id=self.run_id)
+            else:
+                counts = load_fact(conn, table, run_id=self.run_id)
+            held_count, held_rows = held(conn, table)
+            conn.commit()
+            return counts, held_count, held_rows
+
+        if self.health is not None:  # one transaction per table: after a lost connection, the table again
+            with self.health.slot() as slot:
+                return slot.run(load)
+        with connect(self.dsn) as conn:
+            return load(conn)
 
     def _run_table(self, table: DwdTable, now: datetime) -> DwdTableResult:
         """Load one table on its own connection; never raises (errors become the result's ``error``).
@@ -162,7 +186,7 @@ class DwdLoadTask:
             return DwdTableResult(table.name, table.kind, error=CANCELLED_BEFORE_START)
         start = time.perf_counter()
         try:
-            counts = self._load_one(table, now)
+            counts, quarantined, rows = self._load_one(table, now)
         except Exception as exc:  # one table's failure must not stop the others (Property 11)
             seconds = time.perf_counter() - start
             self.log.error("DWD %s failed after %.2fs: %s", table.target, seconds, _one_line(exc))
@@ -171,4 +195,8 @@ class DwdLoadTask:
         seconds = time.perf_counter() - start
         self.log.info("DWD %s: inserted %d, updated %d, closed %d in %.2fs", table.target, counts.inserted,
                       counts.updated, counts.closed, seconds)
-        return DwdTableResult(table.name, table.kind, counts.inserted, counts.updated, counts.closed, seconds)
+        if quarantined:
+            self.log.warning("DWD %s: %d source row(s) in quarantine (etl_meta.dwd_quarantine), e.g. %s",
+                             table.target, quarantined, rows[0].describe())
+        return DwdTableResult(table.name, table.kind, counts.inserted, counts.updated, counts.closed, seconds,
+                              quarantined=quarantined, quarantine=tuple(rows))

@@ -15,6 +15,7 @@ from psycopg import sql
 from feiqiu_etl.db.schema import ensure_schemas
 from feiqiu_etl.tasks.dwd.casts import names, sql_type, target_ident
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
+from feiqiu_etl.tasks.dwd.quarantine import ensure_quarantine_table
 
 DDL_LOCK = "feiqiu_etl.ddl"  # the same advisory lock as db.schema, so DDL of both layers never interleaves
 
@@ -37,7 +38,8 @@ class DwdSchemaError(RuntimeError):
 
 
 def ensure_dwd_tables(conn: psycopg.Connection, mapping: DwdMapping) -> None:
-    """Create the schemas, every DWD table of ``mapping`` and ``etl_meta.dwd_watermark`` if missing. Commits.
+    """Create the schemas, every DWD table of ``mapping``, ``etl_meta.dwd_watermark`` and
+    ``etl_meta.dwd_quarantine`` if missing. Commits.
 
     Dimensions get the §4.1 columns and constraints (identity ``<dim>_sk``, ``UNIQUE (site_id, bk…, valid_from)``,
     the partial unique index ``(site_id, bk…) WHERE is_current``, ``CHECK (valid_from < valid_to)``); facts get
@@ -52,6 +54,7 @@ def ensure_dwd_tables(conn: psycopg.Connection, mapping: DwdMapping) -> None:
                 conn.execute(stmt)
             _check_columns(conn, table)
         conn.execute(_WATERMARK_DDL)
+        ensure_quarantine_table(conn)
 
 
 def table_ddl(table: DwdTable) -> list[sql.Composed]:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Hashable, Iterator
 import psycopg
 
 from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
 from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
@@ -70,6 +71,7 @@ class TaskRun:
     owed_details: int = 0
     details_given_up: list[str] = field(default_factory=list)
     skipped: str | None = None
+    recheck: dict | None = None
 
     @property
     def status(self) -> str:
@@ -80,7 +82,8 @@ class TaskRun:
             "task": self.task_code, "site_id": self.site_id, "lane": self.lane, "table": self.table,
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
-            "details_given_up": self.details_given_up, "skipped": self.skipped, **self.result.to_dict(),
+            "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
+            **self.result.to_dict(),
         }
 
     @classmethod
@@ -116,6 +119,7 @@ class BaseOdsTask:
         detail_max_attempts: int = 5,
         lane_name: str | None = None,
         connect: Callable[[str], psycopg.Connection] | None = None,
+        health: DatabaseHealth | None = None,
     ):
         self.task = task
         self.spec = task.spec
@@ -132,17 +136,23 @@ class BaseOdsTask:
         self.detail_max_attempts = detail_max_attempts
         self.lane_name = lane_name
         self._connect = connect
+        self.health = health
 
     def execute(self) -> TaskRun:
+        """Run the task; with a :class:`DatabaseHealth` every database step survives a lost connection
+        (reconnect, then the step again), else the first database error is the step's failure."""
         from feiqiu_etl.db.connection import connect
 
         spec, site_id = self.spec, self.task.site_id
         layouts = layouts_for(spec)
-        with (self._connect or connect)(self.dsn) as conn:
-            self._record_horizon(conn)
-            pending = self._pending_details(conn, site_id) if spec.detail else []
+        slot = self.health.slot() if self.health is not None else DirectSlot(self.dsn, self._connect or connect)
+        try:
+            slot.run(self._record_horizon)
+            pending = slot.run(lambda c: self._pending_details(c, site_id)) if spec.detail else []
+            rechecks = slot.run(lambda c: self._recheck_candidates(c, site_id, pending)) \
+                if spec.detail and self.task.recheck_budget > 0 else []
             snapshot = SnapshotState() if spec.is_snapshot else None
-            writer = OdsWriter(conn, spec, layouts, self.run_id, self.conv.connector,
+            writer = OdsWriter(slot.conn, spec, layouts, self.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
                                detail_max_attempts=self.detail_max_attempts)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
@@ -155,27 +165,39 @@ class BaseOdsTask:
             run_started = datetime.now(timezone.utc)
             note: dict[str, str] = {}
 
+            def through(step: Callable[[], Any]) -> Any:
+                saved = writer.save_state()
+                return slot.run(lambda conn: (writer.bind(conn), step())[1],
+                                on_retry=lambda: writer.restore_state(saved))
+
+            def write(rows: list) -> WriteResult:
+                return through(lambda: writer.write(rows))
+
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
-                return self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note)
+                return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))
 
             seeds = list(self._seeds(site_id, pending))
+            recheck = _Recheck(spec, rechecks, writer.requested_details, site_id, self.task.recheck_budget)
             self.logger.info("start: %s, %d window segment(s), %d owed detail(s)",
                              spec.kind, len(self.task.windows), len(pending))
             if self.observer:
                 self.observer(pipeline)
             try:
-                result = pipeline.run(seeds, processor, writer.write, on_scope_complete=on_scope,
+                result = pipeline.run(_Seeds(seeds, recheck), processor, write, on_scope_complete=on_scope,
                                       on_request_failed=self._detail_failed)
             finally:
                 if self.observer:
                     self.observer(None)
+        finally:
+            slot.close()
         for parent in writer.given_up:
             self.logger.warning("owed detail %s given up after %d failed attempts", parent, self.detail_max_attempts)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
                        lane=self.lane_name, first_load=self.task.first_load,
-                       owed_details=len(pending), details_given_up=list(writer.given_up))
+                       owed_details=len(pending), details_given_up=list(writer.given_up),
+                       recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None)
 
     # ----------------------------------------------------------------- planning leftovers (I/O)
     def _record_horizon(self, conn: psycopg.Connection) -> None:
@@ -206,6 +228,27 @@ class BaseOdsTask:
         ).fetchall()
         conn.commit()
         return [detail_request(spec, record) for (record,) in rows]
+
+    def _recheck_candidates(self, conn: psycopg.Connection, site_id: int, pending: list) -> list[dict]:
+        """List records of live parents whose details were checked longest ago (never first), at most twice
+        the budget (some may be fetched anyway as new or changed parents; those are skipped)."""
+        from psycopg import sql
+
+        spec = self.spec
+        schema, name = split_table(spec.table)
+        key = spec.keys[0]
+        owed = [r.context["parent_key"] for r in pending]
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT t.payload FROM {t} t LEFT JOIN etl_meta.detail_checked c ON c.connector = %s "
+                "AND c.task_code = %s AND c.site_id = t.site_id AND c.parent_key = t.{k}::text "
+                "WHERE t.site_id = %s AND NOT t.is_deleted AND NOT (t.{k}::text = ANY(%s)) "
+                "ORDER BY c.checked_at NULLS FIRST, t.{k} LIMIT %s"
+            ).format(t=sql.Identifier(schema, name), k=sql.Identifier(key.column)),
+            (self.conv.connector, spec.code, site_id, owed, 2 * self.task.recheck_budget),
+        ).fetchall()
+        conn.commit()
+        return [r for (r,) in rows]
 
     def _seeds(self, site_id: int, pending: list[PipelineRequest]) -> Iterator[PipelineRequest]:
         c = self.conv
@@ -258,3 +301,45 @@ class BaseOdsTask:
         note["snapshot"] = f"complete; {deleted} row(s) soft-deleted"
         return WriteResult(deleted=deleted)
 
+
+
+class _Recheck:
+    """Detail re-checks of a task, handed out lazily after every other seed: a parent already requested
+    in this run (new, changed or owed) is skipped, until the budget is used."""
+
+    def __init__(self, spec, records: list[dict], requested: set, site_id: int, budget: int):
+        self._spec = spec
+        self._records = list(records)
+        self._requested = requested
+        self._site_id = site_id
+        self.budget = budget
+        self.used = 0
+
+    def __iter__(self) -> Iterator[PipelineRequest]:
+        for record in self._records:
+            if self.used >= self.budget:
+                return
+            request = detail_request(self._spec, record)
+            key = (self._site_id, request.context["parent_key"])
+            if key in self._requested:
+                continue
+            self._requested.add(key)
+            request.context["recheck"] = True
+            self.used += 1
+            yield request
+
+
+class _Seeds:
+    """The seeds of a task: its list requests and owed details, then the lazy re-checks. Sized (by the
+    first part) so progress can show seeds left."""
+
+    def __init__(self, seeds: list[PipelineRequest], recheck: _Recheck):
+        self._seeds = seeds
+        self._recheck = recheck
+
+    def __len__(self) -> int:
+        return len(self._seeds)
+
+    def __iter__(self) -> Iterator[PipelineRequest]:
+        yield from self._seeds
+        yield from self._recheck

@@ -67,6 +67,23 @@ class OdsWriter:
     given_up: list = field(default_factory=list)
     _staged: set = field(default_factory=set)
 
+    def bind(self, conn: psycopg.Connection) -> "OdsWriter":
+        """Write through ``conn`` from now on (after a reconnect: staging tables are per session)."""
+        if conn is not self.conn:
+            self.conn = conn
+            self._staged.clear()
+        return self
+
+    def save_state(self) -> tuple:
+        """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
+        return set(self.requested_details), len(self.given_up)
+
+    def restore_state(self, saved: tuple) -> None:
+        requested, given_up = saved
+        self.requested_details = set(requested)
+        del self.given_up[given_up:]
+        self._staged.clear()
+
     def write(self, rows: list) -> WriteResult:
         """Write one batch in one transaction. Raises on database errors (the batch rolls back)."""
         result = WriteResult()
@@ -187,11 +204,13 @@ class OdsWriter:
         assert layout.parent is not None
         result.deleted += self._soft_delete_missing(
             layout, marker.site_id, marker.seen, marker.fetched_at, parent=(layout.parent.column, marker.parent_value))
+        key = (self.connector, marker.task_code, marker.site_id, marker.parent_key)
+        self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
+                          "AND site_id = %s AND parent_key = %s", key)
         self.conn.execute(
-            "DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
-            "AND site_id = %s AND parent_key = %s",
-            (self.connector, marker.task_code, marker.site_id, marker.parent_key),
-        )
+            "INSERT INTO etl_meta.detail_checked (connector, task_code, site_id, parent_key, checked_at, run_id) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id, parent_key) DO UPDATE "
+            "SET checked_at = EXCLUDED.checked_at, run_id = EXCLUDED.run_id", (*key, marker.fetched_at, self.run_id))
 
     def _detail_failed(self, failure: DetailFailed, given_up: list[str]) -> None:
         key = (self.connector, failure.task_code, failure.site_id, failure.parent_key)

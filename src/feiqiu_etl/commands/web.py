@@ -1,0 +1,138 @@
+"""``feiqiu-etl web``: serve the admin web page (:mod:`feiqiu_etl.web`) on the warehouse — the embedded
+server by default (started here and stopped when the command ends, like every other command) or ``--dsn``.
+
+It binds 127.0.0.1 by default. Any other address needs ``--auth-token`` (or ``FEIQIU_WEB_TOKEN``), else the
+command refuses to start (exit 2, one line, before the database starts). The address is bound before the
+database starts, so a port in use is a one-line error too. Ctrl-C or SIGTERM stops it (exit 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+
+import click
+
+from feiqiu_etl.cli import _setup_logging, common_options
+from feiqiu_etl.commands.ops import dsn_option, warehouse
+from feiqiu_etl.flowcli import UsageFailure, database
+
+MIN_TOKEN_LENGTH = 16
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0 = any free port); one-line error if impossible."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to bind; anything but 127.0.0.1, ::1 or localhost needs --auth-token")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="TCP port (0 = any free port; the address is printed on stderr)")
+@click.option("--auth-token", envvar="FEIQIU_WEB_TOKEN", metavar="TOKEN",
+              help="require this token (Authorization: Bearer, or the login form) on every request "
+                   f"(env FEIQIU_WEB_TOKEN, preferred: a command line is visible to other users); at least "
+                   f"{MIN_TOKEN_LENGTH} characters")
+@click.option("--stale-hours", type=click.FloatRange(0.01, 8760), default=26.0, show_default=True,
+              help="Freshness page: red when the last complete window or snapshot is older than this")
+@click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
+              help="connector YAML whose tasks the Freshness page lists (default: the bundled Feiqiu connector)")
+@dsn_option
+@common_options
+def web(host, port, auth_token, stale_hours, connector_path, dsn, demo, verbose, log_format) -> None:
+    """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
+    and the JSON API (README "The web page")."""
+    _setup_logging(verbose, log_format)
+    from feiqiu_etl.web.security import needs_token
+
+    if needs_token(host) and not auth_token:
+        raise UsageFailure(f"binding {host} needs --auth-token (or FEIQIU_WEB_TOKEN); without a token only "
+                           "127.0.0.1, ::1 and localhost are served")
+    if auth_token is not None and len(auth_token) < MIN_TOKEN_LENGTH:
+        raise UsageFailure(f"the auth token must have at least {MIN_TOKEN_LENGTH} characters")
+    from feiqiu_etl.connector import load_connector
+    from feiqiu_etl.connector.model import ConnectorError
+
+    try:
+        connector = load_connector(connector_path)
+    except (ConnectorError, OSError) as exc:
+        raise UsageFailure(str(exc)) from None
+    sock = _listen(host, port)
+    try:
+        _serve(sock, host, auth_token, stale_hours, connector, dsn, demo, verbose)
+    finally:
+        sock.close()
+
+
+def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float, connector, dsn: str | None,
+           demo: bool, verbose: int) -> None:
+    import uvicorn
+
+    from feiqiu_etl.config.app_config import AppConfig
+    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.demo import DEMO_DATABASE
+    from feiqiu_etl.web import WebSettings, create_app
+
+    config = AppConfig.load(task_codes=(), environ=None)
+    with database(None if demo else dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+        with warehouse(real_dsn):  # reachable, schemas up to date, vanished runs INTERRUPTED
+            pass
+        settings = WebSettings(
+            dsn=real_dsn, token=token, host=host, connector=connector.name,
+            task_codes=tuple(t.code for t in connector.tasks), stale_hours=stale_hours,
+            run_stale_after=config.number("run.stale_after", float, minimum=2, maximum=86400),
+            connect_timeout=config.number("db.connect_timeout", float, minimum=0.5, maximum=600))
+        app = create_app(settings)
+        server = _server(uvicorn.Config(
+            app, log_config=None, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",
+            timeout_graceful_shutdown=2, server_header=False, proxy_headers=False), app.state.feed)
+        bound = sock.getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        click.echo(f"feiqiu-etl web: serving http://{shown}:{bound[1]}/ on {redact_dsn(real_dsn)} "
+                   f"({'token required' if token else 'no token: loopback only'}); Ctrl-C stops", err=True)
+        server.run(sockets=[sock])
+        if not server.started:
+            raise UsageFailure("the web server did not start (see the lines above)")
+        logging.getLogger("feiqiu_etl.web").info("web server stopped")
+
+
+def _server(config, feed):
+    """A ``uvicorn.Server`` that also ends the open Live streams at once on Ctrl-C/SIGTERM (otherwise the
+    graceful shutdown waits for them)."""
+    import signal
+    import threading
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            feed.close()
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """Like uvicorn's, except that the signal which stopped the server is not raised again
+            afterwards: Ctrl-C and SIGTERM end the command normally (exit 0), not with "Aborted!"."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)

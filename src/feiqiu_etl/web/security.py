@@ -1,0 +1,261 @@
+"""Who may use the web page, and how a cancel proves that it came from our own page.
+
+* **Bind rule** (:func:`needs_token`): 127.0.0.1, ``::1`` and ``localhost`` may be served without a token;
+  any other address (127.0.0.2 and 0.0.0.0 included) needs one, or the command refuses to start.
+* **With a token** every request carries ``Authorization: Bearer <token>`` (API clients) or the session
+  cookie that ``POST /login`` sets after the token was typed into the login form (browsers); anything else
+  gets 401 (a browser asking for a page gets the login form with that status). Only ``/login`` and our own
+  ``/static/`` files (no data in them) are served without it.
+* **Without a token** (loopback only) the ``Host`` header must name a loopback address, so that a page of
+  another site cannot reach the server through DNS rebinding.
+* **CSRF**: a POST from a browser must carry ``X-CSRF-Token`` (or the form field ``csrf_token``) equal to
+  HMAC(secret of this server process, session id or ``"anonymous"``), which only our own pages know; a
+  request authenticated by its Bearer header needs none (browsers never add that header by themselves). A
+  POST whose ``Origin`` names another host is refused (403). The session cookie is ``HttpOnly`` and
+  ``SameSite=Strict``.
+
+The token is compared in constant time and never stored, logged or echoed; sessions live in this process
+only (a restart logs everyone out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from http.cookies import SimpleCookie
+from typing import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+SESSION_COOKIE = "feiqiu_session"
+CSRF_HEADER = "x-csrf-token"
+LOCAL_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+PUBLIC_PATHS = ("/login", "/static/")
+SESSION_TTL = 12 * 3600.0
+"""Seconds a login lasts."""
+MAX_SESSIONS = 1000
+
+
+def needs_token(host: str) -> bool:
+    """True when binding ``host`` requires an auth token: every address but 127.0.0.1, ::1 and localhost."""
+    return host.strip("[]").lower() not in LOCAL_HOSTS
+
+
+def _is_loopback_name(name: str) -> bool:
+    name = name.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def host_of(header: str) -> str:
+    """The host part of a ``Host`` header (``[::1]:8080`` → ``::1``, ``a:80`` → ``a``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header[1:]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+@dataclass(frozen=True)
+class SecurityStatistics:
+    sessions: int
+    logins: int
+    failed_logins: int
+    unauthorized: int
+    csrf_refused: int
+    host_refused: int
+
+
+class Security:
+    """The rules of the module docstring for one server process. ``token`` None: loopback without auth."""
+
+    def __init__(self, token: str | None, bind_host: str = "127.0.0.1"):
+        self._token = token.encode() if token else None
+        self._secret = secrets.token_bytes(32)
+        self._bind_host = bind_host.strip("[]").lower()
+        self._sessions: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._counts = {"logins": 0, "failed_logins": 0, "unauthorized": 0, "csrf_refused": 0, "host_refused": 0}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a token (or session) is required."""
+        return self._token is not None
+
+    def statistics(self) -> SecurityStatistics:
+        with self._lock:
+            return SecurityStatistics(sessions=len(self._sessions), **self._counts)
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self._counts[what] += 1
+
+    # ------------------------------------------------------------------------------------------ identity
+    def token_matches(self, candidate: str | None) -> bool:
+        """Constant-time comparison with the configured token (False when there is none)."""
+        if self._token is None or not candidate:
+            return False
+        return hmac.compare_digest(candidate.encode(), self._token)
+
+    def login(self, candidate: str | None) -> str | None:
+        """A new session id when ``candidate`` is the token, else None."""
+        if not self.token_matches(candidate):
+            self._count("failed_logins")
+            return None
+        sid = secrets.token_urlsafe(32)
+        now = time.monotonic()
+        with self._lock:
+            self._counts["logins"] += 1
+            if len(self._sessions) >= MAX_SESSIONS:
+                for old in sorted(self._sessions, key=self._sessions.get)[: MAX_SESSIONS // 10]:
+                    del self._sessions[old]
+            self._sessions[sid] = now + SESSION_TTL
+        return sid
+
+    def logout(self, sid: str | None) -> None:
+        with self._lock:
+            self._sessions.pop(sid or "", None)
+
+    def session_valid(self, sid: str | None) -> bool:
+        if not sid:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            expires = self._sessions.get(sid)
+            if expires is None:
+                return False
+            if expires < now:
+                del self._sessions[sid]
+                return False
+            return True
+
+    def csrf_token(self, sid: str | None) -> str:
+        """The CSRF token our pages embed for this session (``"anonymous"`` without one)."""
+        return hmac.new(self._secret, (sid or "anonymous").encode(), hashlib.sha256).hexdigest()
+
+    def csrf_ok(self, sid: str | None, candidate: str | None) -> bool:
+        return bool(candidate) and hmac.compare_digest(candidate.encode(), self.csrf_token(sid).encode())
+
+    # ------------------------------------------------------------------------------------------ requests
+    def host_allowed(self, host_header: str) -> bool:
+        """Without a token: the ``Host`` header must name a loopback address or the bound one."""
+        if self.enabled:
+            return True
+        host = host_of(host_header)
+        return _is_loopback_name(host) or host == self._bind_host
+
+    def origin_allowed(self, request: Request) -> bool:
+        """A POST's ``Origin`` (if any) must name the host the request was sent to."""
+        origin = request.headers.get("origin")
+        if not origin or origin == "null":
+            return origin is None
+        return host_of(origin.split("://", 1)[-1].split("/", 1)[0]) == host_of(request.headers.get("host", ""))
+
+    def check_csrf(self, request: Request, form_token: str | None = None) -> bool:
+        """Whether a state-changing request may go on (see module docstring). Counts refusals."""
+        if request.state.auth == "bearer":
+            return True
+        ok = self.origin_allowed(request) and self.csrf_ok(request.state.session,
+                                                             request.headers.get(CSRF_HEADER) or form_token)
+        if not ok:
+            self._count("csrf_refused")
+        return ok
+
+    def identify(self, scope: Scope) -> tuple[str | None, str | None]:
+        """``(auth, session id)`` of a request: auth is ``"bearer"``, ``"session"``, ``"open"`` (no token
+        configured) or None (not authenticated)."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        sid = None
+        raw_cookie = headers.get("cookie")
+        if raw_cookie:
+            cookie: SimpleCookie = SimpleCookie()
+            try:
+                cookie.load(raw_cookie)
+            except Exception:  # noqa: BLE001 - a malformed cookie header is no session
+                cookie = SimpleCookie()
+            if SESSION_COOKIE in cookie:
+                sid = cookie[SESSION_COOKIE].value
+        if not self.enabled:
+            return "open", None
+        auth = headers.get("authorization", "")
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and self.token_matches(value.strip()):
+            return "bearer", None
+        if self.session_valid(sid):
+            return "session", sid
+        return None, None
+
+
+LoginPage = Callable[[Request, int], Awaitable[Response]]
+
+
+class AccessGuard:
+    """ASGI middleware applying :class:`Security` to every HTTP request before the app sees it; the
+    request's ``state.auth`` and ``state.session`` tell the app who it is."""
+
+    def __init__(self, app: ASGIApp, security: Security, login_page: LoginPage):
+        self.app = app
+        self.security = security
+        self.login_page = login_page
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if not self.security.host_allowed(request.headers.get("host", "")):
+            self.security._count("host_refused")
+            await JSONResponse({"error": "this server answers only to a loopback host name"}, 421)(
+                scope, receive, _with_headers(send))
+            return
+        auth, sid = self.security.identify(scope)
+        state = scope.setdefault("state", {})
+        state["auth"], state["session"] = auth, sid
+        path = scope.get("path", "")
+        if auth is None and not path.startswith(PUBLIC_PATHS):
+            self.security._count("unauthorized")
+            if scope.get("method") == "GET" and not path.startswith("/api/") and \
+                    "text/html" in request.headers.get("accept", ""):
+                response = await self.login_page(request, 401)
+            else:
+                response = JSONResponse({"error": "unauthorized: send Authorization: Bearer <token> or log in"},
+                                        401, headers={"WWW-Authenticate": 'Bearer realm="feiqiu-etl"'})
+            await response(scope, receive, _with_headers(send))
+            return
+        await self.app(scope, receive, _with_headers(send, no_store=not path.startswith("/static/")))
+
+
+_SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                 b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    # not no-referrer: with it Chromium sends "Origin: null" on our own form posts (login, logout)
+    (b"referrer-policy", b"same-origin"),
+]
+
+
+def _with_headers(send: Send, no_store: bool = True) -> Send:
+    """``send`` that adds the security headers (and ``Cache-Control: no-store``) to every response."""
+
+    async def wrapped(message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            names = {k.lower() for k, _ in headers}
+            headers += [h for h in _SECURITY_HEADERS if h[0] not in names]
+            if no_store and b"cache-control" not in names:
+                headers.append((b"cache-control", b"no-store"))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return wrapped

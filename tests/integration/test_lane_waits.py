@@ -1,0 +1,43 @@
+"""Waits the upstream demands bind the lane (a Retry-After on a request's last attempt holds the next request
+of any task), and a cancel aborts a stalled request at once (real simulator, real processes)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from clikit import env_for, finish, run_args, start, wait_for
+from feiqiu_etl.simulator import Simulator
+from flowkit import run_flow, sim_config
+
+
+def test_a_retry_after_on_the_last_attempt_holds_the_next_request_of_another_task(pg_dsn):
+    with Simulator(sim_config(seed=71)) as sim:
+        sim.inject(path="/api/payment/list", kind="http429", count=3, retry_after=2)
+        result = run_flow(sim, pg_dsn, tasks=["ODS_PAYMENT", "ODS_REFUND"], overrides={"api.retry_attempts": 3})
+        log = sorted(sim.request_log(), key=lambda e: e.started)
+    payment = {t.task_code: t.result for t in result.tasks}["ODS_PAYMENT"]
+    assert payment.request_failures == 1 and payment.rate_limited == 3
+    last_429 = max(e.ended for e in log if e.path == "/api/payment/list")
+    refund = min(e.started for e in log if e.path == "/api/refund/list")
+    assert refund - last_429 >= 2.0 - 0.01  # the demanded wait binds the lane, not the request
+
+
+def test_sigterm_during_a_stalled_response_exits_within_two_seconds(pg_dsn):
+    with Simulator(sim_config(seed=72)) as sim:
+        sim.inject(path="/api/settlement/list", kind="stall", count=1, stall_seconds=25)
+        proc = start(run_args(sim, pg_dsn, "--tasks", "ODS_MEMBER,ODS_SETTLEMENT,ODS_PAYMENT",
+                              settings={"api.timeout": 30}), env_for(sim.config.token))
+        members = len(sim.dataset.records("ODS_MEMBER", sim.config.site_ids[0]))
+        wait_for(lambda: sum(1 for e in sim.request_log() if e.path == "/api/member/detail") >= members,
+                 timeout=60, what="the member task")  # the settlement list goes out next, and stalls
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, data, err = finish(proc, timeout=30)
+        took = time.monotonic() - sent
+    assert code == 5 and took < 2.0, (took, err[-500:])
+    assert data["status"] == "CANCELLED"
+    settlement = {t["task"]: t for t in data["tasks"]}["ODS_SETTLEMENT"]
+    assert settlement["total_fetched"] == 0 and settlement["windows"]  # nothing of it arrived; it stays owed
+
