@@ -13,6 +13,7 @@ variables, ``FEIQIU_API_BASE`` and any ``PIPELINE_*``/``DWD_*``/``WINDOW_*`` set
 from __future__ import annotations
 
 import os
+from typing import Mapping
 
 import dagster as dg
 
@@ -24,7 +25,7 @@ CONNECTOR_ENV = "FEIQIU_CONNECTOR"
 CRON_ENV = "FEIQIU_DAGSTER_CRON"
 
 
-def definitions_from_env(environ: os._Environ | dict | None = None) -> dg.Definitions:
+def definitions_from_env(environ: Mapping[str, str] | None = None) -> dg.Definitions:
     """:func:`build_definitions` from ``$FEIQIU_FLEET`` (and the optional variables above). Raises
     :class:`FleetDefinitionsError` (one line) when it is unset or the file is bad."""
     env = os.environ if environ is None else environ
