@@ -104,3 +104,39 @@ def lane_violations(log, min_gap: float) -> list[str]:
         elif b.started - a.ended < min_gap:
             problems.append(f"gap {b.started - a.ended:.4f} s < {min_gap} before {b.path}")
     return problems
+
+
+def fleet_file(path, lanes: dict[str, tuple[str, tuple[int, ...]]]) -> str:
+    """Write a fleet file ``{lane: (token_env, site ids)}`` to ``path``; returns the path as text."""
+    lines = ["lanes:"]
+    for name, (env, stores) in lanes.items():
+        lines += [f"  - name: {name}", f"    token_env: {env}", "    stores:"]
+        lines += [f"      - {{site_id: {s}, name: store-{str(s)[-2:]}}}" for s in stores]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def store_exact(dsn: str, sim: Simulator, site: int, tasks) -> None:
+    """Assert that ODS holds exactly what the simulator has for ``site`` and ``tasks`` (list and details)."""
+    for spec in (CONNECTOR.task(c) for c in tasks):
+        got = {k: v for k, v in ods_rows(dsn, spec.table).items() if k[0] == site}
+        assert got == expected_rows(sim, spec, site), (spec.code, site)
+        if spec.detail:
+            got = {k: v for k, v in ods_rows(dsn, spec.detail.target_table).items() if k[0] == site}
+            assert got == expected_detail_rows(sim, spec, site), (spec.detail.target_table, site)
+
+
+def dwd_exact(dsn: str, site: int, tasks) -> None:
+    """Assert that every DWD table fed by ``tasks`` holds one (current) row per live ODS row of ``site``."""
+    from feiqiu_etl.tasks.dwd import load_dwd_mapping
+
+    sources = {CONNECTOR.task(c).table for c in tasks} | {"ods.settlement_item", "ods.member_detail_card"}
+    with psycopg.connect(dsn) as conn:
+        for t in load_dwd_mapping().tables:
+            if t.source not in sources:
+                continue
+            live = "AND NOT is_deleted" if t.is_dimension else ""
+            source = conn.execute(f"SELECT count(*) FROM {t.source} WHERE site_id = %s {live}", (site,)).fetchone()[0]
+            where = "AND is_current" if t.is_dimension else ""
+            target = conn.execute(f"SELECT count(*) FROM {t.target} WHERE site_id = %s {where}", (site,)).fetchone()[0]
+            assert target == source > 0, (t.target, site)

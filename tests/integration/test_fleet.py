@@ -9,8 +9,7 @@ import psycopg
 import pytest
 
 from feiqiu_etl.simulator import Simulator
-from feiqiu_etl.tasks.dwd import load_dwd_mapping
-from flowkit import CONNECTOR, expected_detail_rows, expected_rows, lane_violations, ods_rows, options, run_opts, sim_config
+from flowkit import dwd_exact, fleet_file, lane_violations, options, run_opts, sim_config, store_exact
 
 NORTH = (8640015201004417, 8640015201004418, 8640015201004419)
 SOUTH = (8640015201004421, 8640015201004422)
@@ -19,41 +18,10 @@ FORBIDDEN = 8640015201004499  # listed in the north lane, but the north token ma
 TASKS = ["ODS_MEMBER", "ODS_SETTLEMENT", "ODS_PAYMENT", "ODS_GOODS"]
 
 
-def _fleet(path, lanes: dict[str, tuple[str, tuple[int, ...]]]) -> str:
-    lines = ["lanes:"]
-    for name, (env, stores) in lanes.items():
-        lines += [f"  - name: {name}", f"    token_env: {env}", "    stores:"]
-        lines += [f"      - {{site_id: {s}, name: store-{str(s)[-2:]}}}" for s in stores]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
-
-
-def _store_exact(dsn: str, sim: Simulator, site: int) -> None:
-    for spec in (CONNECTOR.task(c) for c in TASKS):
-        got = {k: v for k, v in ods_rows(dsn, spec.table).items() if k[0] == site}
-        assert got == expected_rows(sim, spec, site), (spec.code, site)
-        if spec.detail:
-            got = {k: v for k, v in ods_rows(dsn, spec.detail.target_table).items() if k[0] == site}
-            assert got == expected_detail_rows(sim, spec, site), (spec.detail.target_table, site)
-
-
-def _dwd_exact(dsn: str, site: int) -> None:
-    mapping = load_dwd_mapping()
-    with psycopg.connect(dsn) as conn:
-        for t in mapping.tables:
-            if t.source not in {CONNECTOR.task(c).table for c in TASKS} | {"ods.settlement_item", "ods.member_detail_card"}:
-                continue
-            live = "AND NOT is_deleted" if t.is_dimension else ""
-            source = conn.execute(f"SELECT count(*) FROM {t.source} WHERE site_id = %s {live}", (site,)).fetchone()[0]
-            where = "AND is_current" if t.is_dimension else ""
-            target = conn.execute(f"SELECT count(*) FROM {t.target} WHERE site_id = %s {where}", (site,)).fetchone()[0]
-            assert target == source > 0, (t.target, site)
-
-
 def test_a_fleet_runs_its_lanes_at_once_and_failures_stay_in_their_lane_or_store(pg_dsn, tmp_path):
     tokens = {"fq_north": NORTH, "fq_south": SOUTH, "fq_east": EAST}
     cfg = sim_config(seed=61, site_ids=NORTH + SOUTH + EAST + (FORBIDDEN,), tokens=tokens, token="fq_admin")
-    fleet = _fleet(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH + (FORBIDDEN,)), "south": ("FQ_SOUTH", SOUTH),
+    fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH + (FORBIDDEN,)), "south": ("FQ_SOUTH", SOUTH),
                                              "east": ("FQ_EAST", EAST), "west": ("FQ_WEST", (8640015201004441,))})
     with Simulator(cfg) as sim:
         opts = options(sim, tasks=TASKS, load_dwd=True, token=None, site_ids=[], fleet_path=fleet,
@@ -72,8 +40,8 @@ def test_a_fleet_runs_its_lanes_at_once_and_failures_stay_in_their_lane_or_store
         assert lanes["south"].status == lanes["east"].status == "SUCCESS"
         assert result.status == "PARTIAL" and result.dwd["status"] == "SUCCESS"
         for site in NORTH + SOUTH + EAST:
-            _store_exact(pg_dsn, sim, site)
-            _dwd_exact(pg_dsn, site)
+            store_exact(pg_dsn, sim, site, TASKS)
+            dwd_exact(pg_dsn, site, TASKS)
     for lane_sites in (NORTH + (FORBIDDEN,), SOUTH, EAST):  # per token: strictly serial, never rejected
         mine = [e for e in log if e.site_id in lane_sites]
         assert lane_violations(mine, 0.01) == []
@@ -137,7 +105,7 @@ def test_the_plan_of_a_second_run_estimates_its_requests_within_20_percent(pg_ds
 
     tokens = {"fq_north": NORTH[:2], "fq_south": SOUTH}
     cfg = sim_config(seed=63, site_ids=NORTH[:2] + SOUTH, tokens=tokens, token="fq_admin")
-    fleet = _fleet(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH[:2]), "south": ("FQ_SOUTH", SOUTH)})
+    fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH[:2]), "south": ("FQ_SOUTH", SOUTH)})
     env = {"FQ_NORTH": "fq_north", "FQ_SOUTH": "fq_south"}
     with Simulator(cfg) as sim:
         opts = options(sim, token=None, site_ids=[], fleet_path=fleet, environ=env)
