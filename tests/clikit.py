@@ -18,16 +18,16 @@ PY = [sys.executable, "-m", "feiqiu_etl"]
 
 
 def run_args(sim, dsn: str, *extra: str, site: int | None = None, settings: dict | None = None,
-             gaps: tuple[float, float] | None = None, window: bool = True) -> list[str]:
+             gaps: tuple[float, float] | None = None, window: bool = True, dwd: bool = False) -> list[str]:
     """``feiqiu-etl run`` against ``sim`` over its whole history (FAST gaps unless ``gaps``: below the
-    upstream's minimum on purpose, hence ``--unsafe-gaps``)."""
+    upstream's minimum on purpose, hence ``--unsafe-gaps``), ODS only unless ``dwd``."""
     values = {**FAST, **(settings or {})}
     if gaps is not None:
         values.update({"pipeline.rate_min": gaps[0], "pipeline.rate_max": gaps[1]})
     sets = [f"--set={k}={v}" for k, v in values.items()]
     span = ["--window-start", fmt(ANCHOR - timedelta(days=sim.config.days)), "--window-end", fmt(ANCHOR)] if window else []
     return [*PY, "run", "--api-base", sim.base_url, "--site-id", str(site or sim.config.site_ids[0]), "--dsn", dsn,
-            "--no-dwd", "--json", "--unsafe-gaps", "--no-progress", *span, *sets, *extra]
+            *([] if dwd else ["--no-dwd"]), "--json", "--unsafe-gaps", "--no-progress", *span, *sets, *extra]
 
 
 def env_for(token: str, **more: str) -> dict:

@@ -42,8 +42,9 @@ def silent_server():
     server.close()
 
 
-def _run(dsn: str, *extra: str) -> list[str]:
-    return [*PY, "run", "--api-base", "http://127.0.0.1:9", "--site-id", "1", "--dsn", dsn, "--no-dwd", *extra]
+def _run(dsn: str, *extra: str, dwd: bool = False) -> list[str]:
+    return [*PY, "run", "--api-base", "http://127.0.0.1:9", "--site-id", "1", "--dsn", dsn,
+            *([] if dwd else ["--no-dwd"]), *extra]
 
 
 def _lines(text: str) -> list[str]:
@@ -83,6 +84,17 @@ def test_an_unreachable_api_fails_the_run_within_seconds_with_one_clear_reason(p
     assert out["status"] == "FAILED" and "upstream unreachable" in out["lanes"][0]["reason"]
     assert len(out["tasks"]) <= 2 and len(out["skipped_tasks"]) >= 19  # not one retry storm per task
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failed_ods_is_a_failed_run_even_when_the_dwd_load_after_it_succeeds(pg_dsn):
+    # DWD merges what ODS already held; a cron job alerting on exit 4 must still hear that nothing was fetched
+    proc = cli(*_run(pg_dsn, "--json", "--no-progress", "--tasks", "ODS_PAYMENT", dwd=True)[3:], env=env_for("t"),
+               timeout=120)
+    import json
+
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 4 and out["status"] == "FAILED", proc.stderr[-800:]
+    assert out["dwd"]["status"] == "SUCCESS" and out["lanes"][0]["status"] == "FAILED"
 
 
 def test_ctrl_c_during_retries_against_an_unreachable_api_cancels(pg_dsn):

@@ -28,7 +28,7 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
         first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.15, 0.2)), env)  # ~8 s
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         holder = running_run(pg_dsn)["run_id"]
-        second = cli(*run_args(sim, pg_dsn, *SETTLEMENT)[3:], env=env)
+        second = cli(*run_args(sim, pg_dsn, *SETTLEMENT, dwd=True)[3:], env=env)  # DWD must not hide the refusal
         code, data, err = finish(first)
         log = sim.request_log()
     assert second.returncode == 6, second.stderr
@@ -36,6 +36,7 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
     assert any(holder in line and "pid" in line and "host" in line for line in lines), second.stderr
     refused = json.loads(second.stdout)
     assert refused["status"] == "FAILED" and refused["exit_code"] == 6 and refused["requests"] == 0
+    assert refused["dwd"] is None  # skipped: the holder's own DWD load follows it
     assert code == 0 and data["status"] == "SUCCESS", err
     assert lane_violations(log, 0.01) == [] and _overlaps(log) == []
     assert sim.config.token not in second.stderr + second.stdout

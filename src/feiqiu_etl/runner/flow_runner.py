@@ -127,7 +127,9 @@ class FlowRunner:
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)
-            if plan.dwd is not None and not self.token.is_cancelled:
+            if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
+                log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
+            elif plan.dwd is not None and not self.token.is_cancelled:
                 self._phase = "dwd"
                 self.result.dwd = self._run_dwd()
         finally:

@@ -8,9 +8,11 @@ Status rules (README "exit codes" says the same):
   the run was cancelled before it finished;
 * a **lane** is FAILED when it stopped (invalid token 40101, upstream unreachable, lane busy) or every store
   failed; PARTIAL when some store is not SUCCESS;
-* the **run** is CANCELLED when cancelled; FAILED when every lane (and the DWD load, if it ran alone)
-  failed; PARTIAL when anything is not SUCCESS; else SUCCESS. So one forbidden store or one bad token in a
-  fleet fails alone and the run is PARTIAL, while a single-store run refused by the upstream is FAILED.
+* the **run** is CANCELLED when cancelled; FAILED when every lane failed, whatever the DWD load that
+  followed did (it merged what ODS already held), or when the DWD load ran alone and failed; PARTIAL when
+  anything is not SUCCESS; else SUCCESS. So one forbidden store or one bad token in a fleet fails alone and
+  the run is PARTIAL, while a single-store run refused by the upstream is FAILED (exit 4; every lane busy:
+  exit 6), with or without DWD.
 """
 
 from __future__ import annotations
@@ -122,9 +124,13 @@ class RunResult:
 
     def finish(self, cancelled: bool) -> str:
         parts = [lane.finish(cancelled) for lane in self.lanes]
+        every_lane_failed = bool(parts) and all(p == FAILED for p in parts)
         if self.dwd is not None:
             parts.append(self.dwd.get("status", SUCCESS))
-        self.status = FAILED if self.database_lost else combine(parts, cancelled=cancelled)
+        if self.database_lost or (every_lane_failed and not cancelled):
+            self.status = FAILED
+        else:
+            self.status = combine(parts, cancelled=cancelled)
         return self.status
 
     @property
