@@ -24,7 +24,7 @@ def _owe(dsn: str, task: str, site: int, records: list[dict], key: str) -> None:
                          "attempts) VALUES ('feiqiu', %s, %s, %s, %s, 0)", (task, site, str(r[key]), Jsonb(r)))
 
 
-def test_owed_details_that_answer_not_found_leave_the_list_and_never_fail_the_task(pg_dsn):
+def test_owed_details_that_answer_not_found_leave_the_list_and_never_fail_the_task(pg_dsn, caplog):
     with Simulator(sim_config(seed=41)) as sim:
         site = sim.config.site_ids[0]
         assert run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"], window=False).status == "SUCCESS"
@@ -32,8 +32,14 @@ def test_owed_details_that_answer_not_found_leave_the_list_and_never_fail_the_ta
         _owe(pg_dsn, "ODS_MEMBER", site, members, "memberId")  # owed by a cancelled run...
         for m in members:
             sim.dataset.delete("ODS_MEMBER", site, m["memberId"])  # ...then deleted upstream: 40401
-        second = run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"], window=False)
+        with caplog.at_level("INFO", logger="feiqiu_etl"):
+            second = run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"], window=False)
         member = second.tasks[0].result
+        # each is said once, naming its parent, at INFO: an expected outcome, not a warning flood
+        gone = [r for r in caplog.records if "no longer exists upstream (40401)" in r.getMessage()]
+        assert sorted(r.getMessage().split()[3] for r in gone) == sorted(str(m["memberId"]) for m in members)
+        assert all(r.levelname == "INFO" for r in gone)
+        assert not [r for r in caplog.records if r.levelname == "WARNING" and "40401" in r.getMessage()]
         assert member.status == "PARTIAL" and member.detail_failure == 12  # recorded, not FAILED
         assert _owed(pg_dsn) == []  # resolved: no retry of a record that does not exist
         third = run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"], window=False)

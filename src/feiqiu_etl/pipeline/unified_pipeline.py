@@ -352,7 +352,9 @@ class _Run:
             if counts:
                 self.consecutive_request_failures += 1
             limit_hit = self.consecutive_request_failures >= self.cfg.max_consecutive_failures
-        self._record("request", error)
+        # A request the upstream answered "does not exist" (counts_as_failure False) is an expected outcome
+        # (e.g. a detail whose parent is gone): recorded, logged at INFO; the others at WARNING.
+        self._record("request", error, level=logging.WARNING if counts else logging.INFO)
         self._failure_rows(request, exc)
         if abort or limit_hit:
             reason = "fatal error" if abort else f"{self.cfg.max_consecutive_failures} consecutive request failures"
@@ -517,7 +519,7 @@ class _Run:
             self.aborted = True
         self.log.error("pipeline aborted: %s", reason)
 
-    def _record(self, stage: str, error: dict) -> None:
+    def _record(self, stage: str, error: dict, level: int = logging.WARNING) -> None:
         with self.lock:
             if stage == "request":
                 self.result.request_failures += 1
@@ -526,7 +528,9 @@ class _Run:
             else:
                 self.result.write_failures += 1
             self.result.errors.append({"stage": stage, **error})
-        self.log.warning("%s failure: %s", stage, error.get("error"))
+        params = error.get("params")
+        where = (" [" + ", ".join(f"{k}={v}" for k, v in params.items()) + "]") if params else ""
+        self.log.log(level, "%s failure%s: %s", stage, where, error.get("error"))
 
     def _finish(self, started: float) -> PipelineResult:
         self.timing["write"] = self.writer.seconds_writing

@@ -286,6 +286,9 @@ class BaseOdsTask:
             return None
         gone = not getattr(exc, "counts_as_failure", True)
         text = " ".join(str(exc).split())[:300] or exc.__class__.__name__
+        if gone:
+            self.logger.info("detail of %s %s no longer exists upstream (40401): recorded, no longer owed",
+                             self.spec.detail.id_column, request.context["parent_key"])
         return [DetailFailed(self.spec.detail.target_table, self.spec.code, self.task.site_id,
                              request.context["parent_key"], text, gone, request.scope)]
 
