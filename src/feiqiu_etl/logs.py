@@ -151,6 +151,20 @@ def setup(verbose: int = 0, fmt: str = "text") -> ConsoleHandler:
     return handler
 
 
+def progress_line(text: str, console: Any) -> None:
+    """A progress line of an unattended run (a finished task, a heartbeat): plain text on ``console``, or, with
+    ``--log-format json``, one JSON record (logger ``feiqiu_etl.progress``, level INFO) on the log stream, so
+    that a log shipper reads nothing but JSON. Shown whatever the verbosity, like the text line."""
+    handler = _HANDLER
+    if handler is None or not isinstance(handler.formatter, JsonFormatter):
+        console.print(text, soft_wrap=True, highlight=False, markup=False)
+        return
+    record = logging.makeLogRecord({"name": "feiqiu_etl.progress", "levelno": logging.INFO, "levelname": "INFO",
+                                    "msg": text, "args": None})
+    RunIdFilter().filter(record)
+    handler.emit(record)
+
+
 def attach_console(console: Any | None) -> None:
     """Route the stderr handler through ``console`` (a rich Console showing a live display) or back."""
     if _HANDLER is not None:

@@ -289,10 +289,10 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
         total = runner.plan.task_count
         for run in finished[printed:]:
             printed += 1
-            console.print(task_line(printed, total, run), soft_wrap=True, highlight=False, markup=False)
+            logs.progress_line(task_line(printed, total, run), console)
         if heartbeat > 0 and time.monotonic() - last_beat >= heartbeat:
             last_beat = time.monotonic()
-            console.print(heartbeat_line(runner.snapshot()), soft_wrap=True, highlight=False, markup=False)
+            logs.progress_line(heartbeat_line(runner.snapshot()), console)
 
     with _every(0.5, report):
         yield

@@ -143,11 +143,14 @@ def test_runs_and_show_list_finished_failed_cancelled_and_killed_runs(pg_dsn):
 
 def test_logs_are_written_when_things_happen_with_their_own_timestamps(pg_dsn):
     with Simulator(sim_config(seed=27)) as sim:
-        proc = start([*run_args(sim, pg_dsn, "--tasks", "ODS_MEMBER", gaps=(0.05, 0.06)), "-v", "--log-format",
-                      "json"], env_for(sim.config.token))
+        args = [a for a in run_args(sim, pg_dsn, "--tasks", "ODS_MEMBER", gaps=(0.05, 0.06)) if a != "--no-progress"]
+        proc = start([*args, "-vv", "--log-format", "json"], env_for(sim.config.token))
         code, data, err = finish(proc)
     assert code == 0, err
-    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is JSON, progress too
+    assert any(line["logger"] == "feiqiu_etl.progress" and "ODS_MEMBER" in line["message"] for line in lines)
+    debug = [line for line in lines if line["level"] == "DEBUG" and line["message"].startswith("request #")]
+    assert len(debug) >= 40 and debug[0]["lane"] and debug[0]["site_id"]  # -vv: every attempt
     assert lines and all(set(line) >= {"ts", "level", "logger", "message", "run_id", "lane", "site_id", "task"}
                          for line in lines)
     start_line = next(line for line in lines if line["message"].startswith("start:"))

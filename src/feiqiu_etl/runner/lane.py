@@ -164,6 +164,11 @@ class LaneRunner:
         for store in self._stores:
             if store.plan.site_id == record.tenant and store.current is not None:
                 task = store.current[0].code
+        if self.log.isEnabledFor(logging.DEBUG):  # -vv: every attempt as it ends
+            waited = "" if record.gap is None else f", after {record.gap:.2f} s ({record.wait_reason or 'gap'})"
+            self.log.debug("request #%d %s: %s in %.2f s%s%s", record.seq, record.label or "-", record.outcome,
+                           record.ended - record.started, waited, f": {record.detail}" if record.detail else "",
+                           extra={"lane": self.plan.name, "site_id": record.tenant, "task": task})
         self.rt.store_request({
             "lane": self.plan.name, "seq": record.seq, "site_id": record.tenant, "task": task,
             "request": record.label, "gap_class": record.gap_class,
