@@ -10,6 +10,7 @@ second signal aborts at once (exit 130) after stopping an embedded server this p
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -72,7 +73,10 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
                 with contextlib.suppress(Exception):
                     cleanup()
             os._exit(exitcodes.HARD_ABORT)
-        os.write(2, b"\ncancelling: no new requests; writing what was fetched (signal again to abort)\n")
+        # Through logging, not a raw write: on a terminal the line prints above the live display (a raw write
+        # moved the cursor behind it and left two stale display lines), and --log-format json stays JSON.
+        logging.getLogger("feiqiu_etl").warning("cancelling: no new requests; writing what was fetched "
+                                                "(signal again to abort)")
         token.cancel("signal")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}

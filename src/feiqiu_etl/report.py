@@ -6,6 +6,7 @@ Everything here reads plain dicts (``RunResult.to_dict()``, a live snapshot, reg
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from contextlib import contextmanager
@@ -54,38 +55,95 @@ def duration(seconds: float | None) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- run summary
+def _short_sites(site_ids: set) -> dict:
+    """``…4417``: the shortest tail (at least 4 digits) that tells the run's stores apart."""
+    texts = {s: str(s) for s in site_ids}
+    for n in range(4, max((len(t) for t in texts.values()), default=4) + 1):
+        if len({t[-n:] for t in texts.values()}) == len(texts):
+            return {s: ("…" + t[-n:]) if len(t) > n else t for s, t in texts.items()}
+    return texts
+
+
+_LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/del = inserted/updated/unchanged/"
+           "soft-deleted", "details": "details = fetched/failed/skipped", "rl": "rl = rate-limited answers"}
+
+
+def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table, str]:
+    """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, rl,
+    details failed/skipped: the details fetched are in ``rows``) or do not apply (lane, site) are left out;
+    if it is still too wide, ``same`` goes, then the ``ODS_`` prefix of task names, then ``lane``, ``rl`` and
+    ``details`` (``feiqiu-etl show`` prints them all)."""
+    sites = _short_sites({t["site_id"] for t in tasks})
+    lane_of = {store["site_id"]: lane["name"] for lane in lanes for store in lane.get("stores", [])}
+    wanted = ["task", *(["lane"] if len({lane_of.get(t["site_id"]) for t in tasks}) > 1 else []),
+              *(["site"] if len(sites) > 1 else []), "status", "req", "rows", "new", "chg", "same",
+              *(["del"] if any(t["total_deleted"] for t in tasks) else []),
+              *(["details"] if any(t.get("detail_failure") or t.get("detail_skipped") for t in tasks) else []),
+              *(["rl"] if any(t.get("rate_limited") for t in tasks) else []), "err", "s"]
+
+    def cells(t: dict, short_names: bool) -> dict[str, Any]:
+        listed = t["total_fetched"] - t.get("detail_fetched", 0)
+        name = t["task"][4:] if short_names and t["task"].startswith("ODS_") else t["task"]
+        return {"task": name, "lane": lane_of.get(t["site_id"], "-"), "site": sites[t["site_id"]],
+                "status": _status(t["status"]), "req": str(t["total_requests"]),
+                "rows": f"{listed}/{t.get('detail_fetched', 0)}" if t.get("detail_table") else str(listed),
+                "new": str(t["total_inserted"]), "chg": str(t["total_updated"]), "same": str(t["total_skipped"]),
+                "del": str(t["total_deleted"]),
+                "details": f"{t['detail_success']}/{t['detail_failure']}/{t['detail_skipped']}",
+                "rl": str(t.get("rate_limited", 0)), "err": str(len(t["errors"])),
+                "s": duration(t["timing"].get("total", 0))}
+
+    def build(columns: list[str], short_names: bool) -> Table:
+        table = _compact()
+        for col in columns:
+            table.add_column(col, no_wrap=True, justify="left" if col in ("task", "lane", "site", "status")
+                             else "right")
+        for t in tasks:
+            row = cells(t, short_names)
+            table.add_row(*(row[c] for c in columns))
+        return table
+
+    probe = Console(width=1000, file=io.StringIO())
+    variants, columns = [(wanted, False)], wanted
+    for drop in ("same", "ODS_", "lane", "rl", "details"):  # least missed first; `show` has them all
+        columns = [c for c in columns if c != drop]
+        variants.append((columns, True if drop != "same" else False))
+    for columns, short in variants:
+        table = build(columns, short)
+        if probe.measure(table).maximum <= width:
+            break
+    shown = set(columns)
+    legend = "; ".join(text for key, text in _LEGEND.items() if key in shown)
+    if "same" not in shown:
+        legend = legend.replace("new/chg/same/del", "new/chg/del").replace("unchanged/", "")
+    if "del" not in shown:
+        legend = legend.replace("/del", "").replace("/soft-deleted", "")
+    if "lane" in wanted and "lane" not in shown:
+        by_lane: dict[str, list[str]] = {}
+        for site, name in lane_of.items():
+            if site in sites:
+                by_lane.setdefault(name, []).append(sites[site])
+        legend += "; lanes: " + ", ".join(f"{n} = {' '.join(v)}" for n, v in by_lane.items())
+    return table, legend
+
+
 def render_summary(data: dict, console: Console | None = None) -> None:
     """Per-task counts (80 columns: rows = list/detail records fetched; new/chg/same/del = inserted/updated/
     unchanged/soft-deleted; rl = rate-limited answers), stores and lanes that stopped, the first errors of
     each task with "(N more)", and the DWD table."""
     console = console or _console()
     tasks = data.get("tasks", [])
-    sites = {t["site_id"] for t in tasks}
     line = Text.assemble(f"run {data['run_id']}: ", _status(data["status"]))
-    if data.get("error"):
-        line.append(f" ({data['error']})")
+    error = data.get("error") or ""
+    if data["status"] == "CANCELLED" and error.startswith("cancelled (") and error.endswith(")"):
+        error = error[len("cancelled ("):-1]  # "CANCELLED (signal)", not "CANCELLED (cancelled (signal))"
+    if error:
+        line.append(f" ({error})")
     console.print(line)
-    table = _compact()
-    table.add_column("task", no_wrap=True)
-    if len(sites) > 1:
-        table.add_column("site", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    for col in ("req", "rows", "new", "chg", "same", "del", "details", "rl", "err", "s"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for t in tasks:
-        listed = t["total_fetched"] - t.get("detail_fetched", 0)
-        rows = f"{listed}/{t.get('detail_fetched', 0)}" if t.get("detail_table") else str(listed)
-        row = [t["task"]] + ([str(t["site_id"])[-6:]] if len(sites) > 1 else []) + [
-            _status(t["status"]), str(t["total_requests"]), rows, str(t["total_inserted"]),
-            str(t["total_updated"]), str(t["total_skipped"]), str(t["total_deleted"]),
-            f"{t['detail_success']}/{t['detail_failure']}/{t['detail_skipped']}", str(t.get("rate_limited", 0)),
-            str(len(t["errors"])), f"{t['timing'].get('total', 0):.1f}",
-        ]
-        table.add_row(*row)
     if tasks:
+        table, legend = _task_table(tasks, data.get("lanes", []), console.width)
         console.print(table)
-        console.print("rows = list/detail records fetched; new/chg/same/del = inserted/updated/unchanged/soft-deleted; "
-                      "details = fetched/failed/skipped; rl = rate-limited answers", style="dim")
+        console.print(legend, style="dim")
     for lane in data.get("lanes", []):
         if lane.get("reason"):
             console.print(f"[red]lane {lane['name']}: {lane['status']}: {lane['reason']}[/red]", overflow="fold")

@@ -309,7 +309,7 @@ class BaseOdsTask:
         if self.cancel_token.is_cancelled:
             reason = "the run was cancelled"
         else:
-            reason = snapshot.incomplete_reason() or (None if ok else "a page or record failed")
+            reason = ("a page or record failed" if not ok else None) or snapshot.incomplete_reason()
         if reason:
             note["snapshot"] = f"soft delete skipped: {reason}"
             self.logger.warning("snapshot incomplete, soft delete skipped: %s", reason)

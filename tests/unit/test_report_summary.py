@@ -1,0 +1,64 @@
+"""The run summary fits an 80-column terminal: no cut cells, stores told apart, lanes shown for a fleet."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from feiqiu_etl.report import render_summary
+
+TASKS = ("ODS_MEMBER", "ODS_MEMBER_BALANCE_CHANGE", "ODS_SETTLEMENT", "ODS_GROUP_BUY_REDEMPTION")
+
+
+def _task(code: str, site: int, status: str = "SUCCESS") -> dict:
+    return {"task": code, "site_id": site, "status": status, "total_requests": 123, "total_fetched": 4200,
+            "detail_fetched": 200 if code == "ODS_MEMBER" else 0,
+            "detail_table": "member_detail" if code == "ODS_MEMBER" else None, "total_inserted": 4000,
+            "total_updated": 120, "total_skipped": 80, "total_deleted": 3, "detail_success": 200,
+            "detail_failure": 2 if code == "ODS_MEMBER" else 0, "detail_skipped": 0, "rate_limited": 1, "errors": [],
+            "timing": {"total": 1234.5}}
+
+
+def _fleet() -> dict:
+    lanes = [("north", [8640015201004417, 8640015201004418]), ("south", [8640015201004419])]
+    tasks = [_task(code, site, "CANCELLED" if site % 2 else "SUCCESS") for _, sites in lanes for site in sites
+             for code in TASKS]
+    return {"run_id": "20261201T020000Z-abcdef12", "status": "CANCELLED", "error": "cancelled (signal)",
+            "tasks": tasks, "lanes": [{"name": n, "stores": [{"site_id": s} for s in sites]} for n, sites in lanes]}
+
+
+def _render(data: dict, width: int = 80) -> str:
+    out = io.StringIO()
+    render_summary(data, Console(width=width, file=out, color_system=None))
+    return out.getvalue()
+
+
+def test_a_fleet_summary_fits_80_columns_without_cutting_a_cell():
+    text = _render(_fleet())
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), text
+    assert "…" not in "".join(line for line in lines if "…441" not in line), text  # only the site tails
+    for site in ("…4417", "…4418", "…4419"):
+        assert site in text
+    assert "CANCELLED" in text and "SUCCESS" in text and "lanes: north = …4417 …4418, south = …4419" in text
+    assert "20m34s" in text  # durations are readable, not cut
+    assert "run 20261201T020000Z-abcdef12: CANCELLED (signal)" in text
+
+
+def test_a_fleet_of_small_numbers_shows_its_lanes_in_80_columns():
+    data = _fleet()
+    for t in data["tasks"]:
+        t.update(total_requests=3, total_fetched=42, detail_fetched=2 if t["detail_table"] else 0, total_inserted=40,
+                 total_updated=2, total_skipped=0, timing={"total": 8.2})
+    text = _render(data)
+    assert all(len(line) <= 80 for line in text.splitlines()) and "200/2/0" in text, text
+    assert "lanes: north = …4417 …4418, south = …4419" in " ".join(text.split())
+
+
+def test_a_wide_terminal_keeps_every_column():
+    text = _render(_fleet(), width=200)
+    header = next(line for line in text.splitlines() if line.startswith("task"))
+    assert header.split() == ["task", "lane", "site", "status", "req", "rows", "new", "chg", "same", "del",
+                              "details", "rl", "err", "s"]
+    assert "ODS_MEMBER_BALANCE_CHANGE" in text
