@@ -43,6 +43,9 @@ def test_full_flow_loads_exactly_the_simulated_records_then_rerun_changes_nothin
         assert (r.total_inserted, r.total_updated, r.total_deleted) == (0, 0, 0), t.task_code
         assert r.total_skipped == r.total_fetched
         assert r.detail_success == (t.recheck["used"] if t.recheck else 0)  # only the periodic re-checks
+    assert second.totals()["rows_written"] == 0 and second.totals()["rows_unchanged"] == sum(
+        t.result.total_fetched for t in second.tasks)  # an unchanged rerun writes nothing
+    assert first.totals()["rows_written"] > 0
     rechecks = sum(t.recheck["used"] for t in second.tasks if t.recheck)
     assert 3 <= rechecks <= 6  # 2 % of ~108 requests, at least one per task with details
     assert sum(e.path.endswith("/detail") for e in sim.request_log()) == rechecks

@@ -530,7 +530,7 @@ class _Run:
             self.result.errors.append({"stage": stage, **error})
         params = error.get("params")
         where = (" [" + ", ".join(f"{k}={v}" for k, v in params.items()) + "]") if params else ""
-        self.log.log(level, "%s failure%s: %s", stage, where, error.get("error"))
+        self.log.log(level, "%s failure: %s%s", stage, error.get("error"), where)
 
     def _finish(self, started: float) -> PipelineResult:
         self.timing["write"] = self.writer.seconds_writing

@@ -214,7 +214,8 @@ class FlowRunner:
             with self.health.slot() as slot:
                 slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
                                                           summary=summary, error=r.error or _first_reason(r),
-                                                          **r.totals()))
+                                                          **{k: v for k, v in r.totals().items()
+                                                             if k != "rows_unchanged"}))
         except (psycopg.Error, DatabaseUnavailable) as exc:
             log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
                       _one_line(exc))

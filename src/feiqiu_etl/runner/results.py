@@ -144,8 +144,10 @@ class RunResult:
     def totals(self) -> dict[str, int]:
         tasks = self.tasks
         return {
-            "rows_written": sum(t.result.total_inserted + t.result.total_updated + t.result.total_skipped
+            # rows the run changed (new, changed, soft-deleted): an unchanged rerun writes 0
+            "rows_written": sum(t.result.total_inserted + t.result.total_updated + t.result.total_deleted
                                 for t in tasks),
+            "rows_unchanged": sum(t.result.total_skipped for t in tasks),
             "requests": sum(t.result.total_requests for t in tasks),
             "rejections": sum(t.result.rate_limited for t in tasks),
             "errors": sum(len(t.result.errors) for t in tasks) + len((self.dwd or {}).get("errors", [])),
