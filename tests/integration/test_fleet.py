@@ -77,11 +77,14 @@ def test_fleet_file_errors_name_the_file_the_lane_and_the_field(tmp_path):
          "a store belongs to one token's lane"),
         ("lanes:\n  - {name: a, token_env: FQ_A, stores: [{site_id: 1}], pipeline: {rate_minn: 9}}\n", "rate_minn"),
         ("lanes:\n  - {name: a, token_env: FQ_UNSET, stores: [{site_id: 1}]}\n", "FQ_UNSET is not set"),
+        # one token under two variable names would drive two lanes at once: the upstream bans the token
+        ("lanes:\n  - {name: a, token_env: FQ_A, stores: [{site_id: 1}]}\n  - {name: b, token_env: FQ_A2, stores: [{site_id: 2}]}\n",
+         "lanes a ($FQ_A) and b ($FQ_A2) hold the same token"),
     ]
     for text, message in cases:
         bad.write_text(text, encoding="utf-8")
         with pytest.raises(ConfigError) as info:
-            prepare(RunOptions(api_base="http://127.0.0.1:9", fleet_path=str(bad), environ={"FQ_A": "x"}))
+            prepare(RunOptions(api_base="http://127.0.0.1:9", fleet_path=str(bad), environ={"FQ_A": "x", "FQ_A2": "x"}))
         assert str(bad) in str(info.value) and message in str(info.value), str(info.value)
         assert "fq_live_8Hs2abcdefgh123" not in str(info.value)
 

@@ -203,6 +203,13 @@ def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Con
         if missing:
             raise ConfigError(f"--stores: store {sorted(missing)[0]} is in no selected lane of {options.fleet_path}")
         tokens = resolve_tokens(fleet.__class__(api_base=fleet.api_base, lanes=chosen), environ, options.fleet_path)
+        seen: dict[str, Any] = {}
+        for lane in chosen:  # the upstream bans a token, not a lane: one token must be one serial lane
+            other = seen.setdefault(tokens[lane.name], lane)
+            if other is not lane:
+                raise FleetError(f"{options.fleet_path}: lanes {other.name} (${other.token_env}) and {lane.name} "
+                                 f"(${lane.token_env}) hold the same token; one token is one lane: put their "
+                                 "stores in one lane")
     except FleetError as exc:
         raise ConfigError(str(exc)) from None
     out = []
