@@ -199,3 +199,18 @@ def test_sql_prints_jsonb_as_json_on_a_fresh_home(fresh_home):
     proc = cli("sql", "SELECT '{\"a\": [1, 2]}'::jsonb AS j, count(*) AS runs FROM etl_meta.run", env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert '{"a": [1, 2]}' in proc.stdout and "'a'" not in proc.stdout
+
+
+def test_a_bare_notification_does_not_cancel_a_run(pg_dsn):
+    # any role that can connect can NOTIFY (the read-only `sql` role too); only a recorded request cancels
+    from feiqiu_etl.runs.registry import CANCEL_CHANNEL
+
+    with Simulator(sim_config(seed=29)) as sim:
+        proc = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.1, 0.12)), env_for(sim.config.token))
+        wait_for(lambda: len(sim.request_log()) >= 3, what="the run's requests")
+        run_id = running_run(pg_dsn)["run_id"]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+        code, data, err = finish(proc)
+    assert code == 0 and data["status"] == "SUCCESS", err
+    assert "ignored a cancel notification" in err
