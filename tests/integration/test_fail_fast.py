@@ -105,3 +105,15 @@ def test_ctrl_c_during_retries_against_an_unreachable_api_cancels(pg_dsn):
     code, data, err = finish(proc, timeout=30)
     assert code == 5 and time.monotonic() - sent < 3.0, err
     assert data["status"] == "CANCELLED"
+
+
+def test_a_password_in_the_api_base_is_never_recorded_or_shown(pg_dsn):
+    args = [a if a != "http://127.0.0.1:9" else "http://user:s3cretpw@127.0.0.1:9" for a in _run(pg_dsn)]
+    proc = cli(*args[3:], "--json", "--no-progress", "--tasks", "ODS_PAYMENT", env=env_for("t"), timeout=120)
+    shown = cli("show", "last", "--json", "--dsn", pg_dsn)
+    import psycopg
+
+    with psycopg.connect(pg_dsn) as conn:
+        record = conn.execute("SELECT row_to_json(r)::text FROM etl_meta.run r").fetchall()
+    assert proc.returncode == 4 and "user:***@127.0.0.1:9" in shown.stdout, shown.stdout[-500:]
+    assert "s3cretpw" not in proc.stdout + proc.stderr + shown.stdout + str(record)
