@@ -151,3 +151,17 @@ def test_an_explicit_window_into_the_future_is_checkpointed_only_up_to_now(live_
     tomorrow = local_now() + timedelta(days=1)
     plan = plan_incremental(tomorrow, done, lookback=timedelta(0), initial=timedelta(days=2))
     assert plan[-1].end == tomorrow and plan[-1].start <= local_now()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_cli_is_still_importing_ends_in_one_line(sig):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "feiqiu_etl", "runs", "--dsn", "postgresql://x@127.0.0.1:9/x"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.15)  # the interpreter is importing click, rich, psycopg, ...
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode in (5, 2) and len(err.strip().splitlines()) == 1, (proc.returncode, err)
