@@ -105,8 +105,11 @@ def test_sql_command_reads_but_never_writes(pg_dsn, reader_dsn, marker):
     with Simulator(sim_config(seed=9)) as sim:
         assert run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"]).status == "SUCCESS"
         members = len(sim.dataset.records("ODS_MEMBER", sim.config.site_ids[0]))
-    ok = _sql("--dsn", reader_dsn, "--json", "SELECT count(*) AS n FROM ods.member")
+    ok = _sql("--dsn", reader_dsn, "--json", "SELECT count(*) AS n FROM ods.member")  # created after the role
     assert ok.returncode == 0 and json.loads(ok.stdout) == [{"n": members}], ok.stderr
+    for secret in ("SELECT rolpassword FROM pg_authid", "SELECT passwd FROM pg_shadow"):
+        shown = _sql("--dsn", reader_dsn, secret)  # the server's password verifiers stay hidden
+        assert shown.returncode == 2 and "SCRAM" not in shown.stdout + shown.stderr, shown.stdout
     denied = _sql("--dsn", reader_dsn, "DELETE FROM ods.member")
     assert denied.returncode == 2 and "read-only" in denied.stderr
     for sneaky in ("COMMIT; DELETE FROM ods.member", "SET TRANSACTION READ WRITE; DELETE FROM ods.member",

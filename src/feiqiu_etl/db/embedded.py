@@ -551,7 +551,8 @@ class EmbeddedPostgres:
 
     def reader_dsn(self, database: str = DEFAULT_DATABASE) -> str:
         """DSN of the read-only role ``feiqiu_reader`` for ``database`` (created, or reset, and granted
-        ``pg_read_all_data`` with ``default_transaction_read_only`` once per start, idempotently). The role is
+        SELECT on the database's schemas with ``default_transaction_read_only`` once per start, idempotently:
+        :func:`ensure_reader_role`). The role is
         no superuser and has none of ``pg_execute_server_program``/``pg_write_server_files``, so it can
         neither run programs nor write files on the server (``COPY … TO PROGRAM`` / ``TO 'file'``)."""
         if not self._reader_ready:
@@ -783,9 +784,13 @@ def _remove_stale_socket_dir(pgdata: Path, account: _Account | None) -> None:
 
 
 def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> None:
-    """Create (or reset) login role ``role``: no superuser, no CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS,
-    member of ``pg_read_all_data`` only (PostgreSQL >= 14), ``default_transaction_read_only`` on, password
-    ``password`` (sent as a SCRAM verifier). ``conn`` must be a superuser's, in autocommit mode. Idempotent."""
+    """Create (or reset) login role ``role``: no superuser, no CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS, no
+    membership of any role, ``default_transaction_read_only`` on, password ``password`` (sent as a SCRAM
+    verifier). It may read the database's own schemas: USAGE on each schema and SELECT on its tables and
+    sequences, now and (default privileges of the role of ``conn``) for those created later. Not
+    ``pg_read_all_data``: that covers the system catalogs too, so the role could read the server's password
+    verifiers in ``pg_authid``. ``conn`` must be a superuser's, in autocommit mode, on the database the role
+    reads. Idempotent."""
     ident = sql.Identifier(role)
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         with contextlib.suppress(psycopg.errors.DuplicateObject):  # a concurrent first use
@@ -796,10 +801,17 @@ def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> No
     granted = {r[0] for r in conn.execute(
         "SELECT b.rolname FROM pg_auth_members m JOIN pg_roles b ON b.oid = m.roleid"
         " JOIN pg_roles u ON u.oid = m.member WHERE u.rolname = %s", (role,))}
-    for extra in granted - {"pg_read_all_data"}:
+    for extra in granted:  # pg_read_all_data included (granted by earlier versions)
         conn.execute(sql.SQL("REVOKE {} FROM {}").format(sql.Identifier(extra), ident))
-    if "pg_read_all_data" not in granted:
-        conn.execute(sql.SQL("GRANT pg_read_all_data TO {}").format(ident))
+    schemas = [r[0] for r in conn.execute(
+        "SELECT nspname FROM pg_namespace WHERE nspname !~ '^pg_' AND nspname <> 'information_schema'")]
+    for schema in schemas:
+        name = sql.Identifier(schema)
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(name, ident))
+        conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(name, ident))
+        conn.execute(sql.SQL("GRANT SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}").format(name, ident))
+    for kind, privilege in (("TABLES", "SELECT"), ("SEQUENCES", "SELECT"), ("SCHEMAS", "USAGE")):
+        conn.execute(sql.SQL(f"ALTER DEFAULT PRIVILEGES GRANT {privilege} ON {kind} TO {{}}").format(ident))
 
 
 def create_database(admin_dsn: str, database: str, *, drop_first: bool = False) -> None:
