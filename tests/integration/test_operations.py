@@ -214,3 +214,20 @@ def test_a_bare_notification_does_not_cancel_a_run(pg_dsn):
         code, data, err = finish(proc)
     assert code == 0 and data["status"] == "SUCCESS", err
     assert "ignored a cancel notification" in err
+
+
+def test_a_lane_held_by_a_session_that_is_no_run_is_named_as_such(pg_dsn):
+    from feiqiu_etl.plan.model import Secret
+    from feiqiu_etl.runs.lane_guard import lock_key
+
+    with Simulator(sim_config(seed=31)) as sim:
+        env = env_for(sim.config.token)
+        done = cli(*run_args(sim, pg_dsn, "--tasks", "ODS_MEMBER_CARD")[3:], env=env)  # leaves its lane_lock row
+        assert done.returncode == 0, done.stderr
+        finished = json.loads(done.stdout)["run_id"]
+        key = lock_key(f"feiqiu:{Secret(sim.config.token).fingerprint()}")
+        with psycopg.connect(pg_dsn, autocommit=True) as squatter:  # e.g. someone in psql
+            squatter.execute("SELECT pg_advisory_lock(%s)", (key,))
+            refused = cli(*run_args(sim, pg_dsn, "--tasks", "ODS_MEMBER_CARD")[3:], env=env)
+    assert refused.returncode == 6, refused.stderr
+    assert "no feiqiu-etl run" in refused.stderr and finished not in refused.stderr, refused.stderr

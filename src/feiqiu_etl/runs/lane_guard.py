@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable
 
 import psycopg
@@ -40,8 +41,14 @@ class LaneBusy(Exception):
     def __init__(self, lane: str, lane_key: str, holder: dict | None, waited: float):
         self.lane, self.lane_key, self.holder, self.waited = lane, lane_key, holder or {}, waited
         h = self.holder
-        who = (f"run {h.get('run_id')} (host {h.get('host')}, pid {h.get('pid')}, since "
-               f"{h['acquired_at']:%Y-%m-%d %H:%M:%S %Z})" if h.get("run_id") else "another session")
+        if h.get("run_id"):
+            who = (f"run {h.get('run_id')} (host {h.get('host')}, pid {h.get('pid')}, since "
+                   f"{h['acquired_at']:%Y-%m-%d %H:%M:%S %Z})")
+        elif h.get("backend_pid"):
+            who = (f"a database session that is no feiqiu-etl run (PostgreSQL backend pid {h['backend_pid']}, "
+                   f"role {h.get('role')})")
+        else:
+            who = "another session"
         waited_text = f" after waiting {waited:.0f} s" if waited > 0 else ""
         super().__init__(f"lane {lane} ({lane_key}) is in use by {who}{waited_text}; the upstream bans a token "
                          "that sends in parallel, so this run does not start it (--wait-for-lane SECONDS waits)")
@@ -81,6 +88,9 @@ class LaneGuard:
 
         started = time.monotonic()
         with self._lock:
+            if lane_key in self._held:  # session locks are re-entrant: a second lane on one token must not pass
+                raise LaneBusy(lane, lane_key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
+                                                "acquired_at": datetime.now(timezone.utc)}, 0.0)
             conn = self._connection()
             while not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(lane_key),)).fetchone()[0]:
                 waited = time.monotonic() - started
@@ -101,9 +111,20 @@ class LaneGuard:
 
     @staticmethod
     def _holder(conn: psycopg.Connection, lane_key: str) -> dict | None:
-        row = conn.execute("SELECT run_id, host, pid, acquired_at FROM etl_meta.lane_lock WHERE lane_key = %s",
+        """Who holds the lock: the run recorded for the lane if that run is still RUNNING, else the session
+        PostgreSQL shows holding it (e.g. someone took the advisory lock by hand)."""
+        row = conn.execute("SELECT l.run_id, l.host, l.pid, l.acquired_at FROM etl_meta.lane_lock l "
+                           "JOIN etl_meta.run r ON r.run_id = l.run_id WHERE l.lane_key = %s AND r.status = 'RUNNING'",
                            (lane_key,)).fetchone()
-        return dict(zip(("run_id", "host", "pid", "acquired_at"), row)) if row else None
+        if row:
+            return dict(zip(("run_id", "host", "pid", "acquired_at"), row))
+        key = lock_key(lane_key) & 0xFFFFFFFFFFFFFFFF  # a bigint key is (classid, objid) = (high, low) 32 bits
+        row = conn.execute("SELECT a.pid, a.usename FROM pg_locks k JOIN pg_stat_activity a ON a.pid = k.pid "
+                           "WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1 "
+                           "AND k.classid = %s::bigint::oid AND k.objid = %s::bigint::oid AND k.database = "
+                           "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1",
+                           (key >> 32, key & 0xFFFFFFFF)).fetchone()
+        return {"backend_pid": row[0], "role": row[1]} if row else None
 
     def check(self) -> list[str]:
         """Make sure the locks are still held (reconnecting after a lost connection). Returns the lanes
