@@ -143,3 +143,25 @@ def test_connector_timeout_is_the_default_of_api_timeout(tmp_path):
 
     assert client_timeout({}) == 12.0
     assert client_timeout({"api.timeout": "7"}) == 7.0
+
+
+def test_huge_files_and_fifos_are_refused_in_one_line_before_parsing(tmp_path):
+    import os
+
+    import pytest
+
+    from feiqiu_etl.config.app_config import MAX_ENV_BYTES, ConfigError, load_env_file
+    from feiqiu_etl.plan.fleet import FleetError, load_fleet
+
+    huge = tmp_path / "fleet.yaml"
+    huge.write_text("lanes:\n" + "  - {name: a, token_env: A, stores: [{site_id: 1}]}\n" * 90_000)
+    with pytest.raises(FleetError, match="more than the 4 MiB"):
+        load_fleet(huge)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(FleetError, match="not a regular file"):
+        load_fleet(fifo)  # would block forever on open
+    env = tmp_path / ".env"
+    env.write_text("X=1\n" * (MAX_ENV_BYTES // 4 + 1))
+    with pytest.raises(ConfigError, match="more than the 1 MiB"):
+        load_env_file(env, required=True, environ={})

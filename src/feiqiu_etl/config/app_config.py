@@ -66,6 +66,10 @@ SOURCES = ("default", "connector", ".env", "environment", "--set", "flag", "flee
 """Where a setting came from, lowest precedence first (``config show`` prints it)."""
 
 
+MAX_ENV_BYTES = 2**20
+"""Largest ``.env`` file read (bytes); python-dotenv parses a huge one for minutes without a word."""
+
+
 class ConfigError(ValueError):
     """Invalid configuration; ``str()`` is a one-line message (the CLI exits 2 before any request)."""
 
@@ -207,8 +211,11 @@ def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] |
     p = Path(path)
     if not p.is_file():
         if required:
-            raise ConfigError(f"{p}: no such env file")
+            raise ConfigError(f"{p}: {'not a regular file' if p.exists() else 'no such env file'}")
         return set()
+    if p.stat().st_size > MAX_ENV_BYTES:
+        raise ConfigError(f"{p}: {p.stat().st_size:,} bytes, more than the {MAX_ENV_BYTES // 2**20} MiB an env "
+                          "file may have")
     problems: list[str] = []
 
     class _Catch(logging.Handler):

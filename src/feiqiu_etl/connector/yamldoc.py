@@ -13,9 +13,20 @@ from pydantic import ValidationError
 NAME_KEYS = ("code", "table", "name", "column", "field")
 
 
+MAX_YAML_BYTES = 4 * 2**20
+"""Largest YAML file read (bytes): a connector, mapping or fleet file is kilobytes; a bigger one is a mistake
+and parsing it would take minutes and gigabytes without a word."""
+
+
 def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
-    """Parse ``path``; raise ``error("<path>: cannot read <what>: …")`` or ``"<path>: invalid YAML: …"``."""
+    """Parse ``path`` (a regular file of at most :data:`MAX_YAML_BYTES`); raise ``error("<path>: cannot read
+    <what>: …")`` or ``"<path>: invalid YAML: …"``."""
     try:
+        if path.exists() and not path.is_file():
+            raise error(f"{path}: cannot read {what}: not a regular file")
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise error(f"{path}: cannot read {what}: {path.stat().st_size:,} bytes, more than the "
+                        f"{MAX_YAML_BYTES // 2**20} MiB a {what} may have")
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
