@@ -226,8 +226,14 @@ def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Con
             except KeyError as exc:
                 raise ConfigError(f"{options.fleet_path}: lane {lane.name}: {exc.args[0]}") from None
         lane_config = config.layered(_lane_keys(lane.pipeline, options.fleet_path, lane.name), f"fleet lane {lane.name}")
-        out.append(_lane(lane.name, Secret(tokens[lane.name]), lane.token_env, base, stores, lane_specs, connector,
-                         lane_config, options.unsafe_gaps))
+        try:
+            out.append(_lane(lane.name, Secret(tokens[lane.name]), lane.token_env, base, stores, lane_specs,
+                             connector, lane_config, options.unsafe_gaps))
+        except ConfigError as exc:
+            if not lane.pipeline or str(exc).startswith(str(options.fleet_path)):
+                raise
+            index = fleet.lanes.index(lane)
+            raise ConfigError(f"{options.fleet_path}: lanes[{index}] ({lane.name}).pipeline: {exc}") from None
     if not out:
         raise ConfigError("--lanes/--stores selected no store")
     return tuple(out)
