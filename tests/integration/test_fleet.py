@@ -125,3 +125,15 @@ def test_the_plan_of_a_second_run_estimates_its_requests_within_20_percent(pg_ds
     assert second.status == "SUCCESS"
     assert abs(estimated - sent) <= 0.2 * sent, (estimated, sent)
     assert all(t.estimate.basis == "history" for lane in plan.lanes for t in lane.tasks)
+
+
+def test_a_fleet_with_a_site_id_is_refused_with_or_without_a_single_token(tmp_path):
+    from feiqiu_etl.config.app_config import ConfigError
+    from feiqiu_etl.plan import RunOptions, prepare
+
+    path = tmp_path / "f.yaml"
+    path.write_text("lanes:\n  - {name: a, token_env: A, stores: [{site_id: 1}]}\n", encoding="utf-8")
+    for token in (None, "tok"):
+        with pytest.raises(ConfigError, match="--fleet and --site-id exclude each other"):
+            prepare(RunOptions(api_base="http://127.0.0.1:9", fleet_path=str(path), site_ids=[2], token=token,
+                               environ={"A": "x"}))

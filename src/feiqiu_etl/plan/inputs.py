@@ -174,8 +174,9 @@ def window_settings(config: AppConfig, start: str | None, end: str | None, now: 
 def _lanes(options: RunOptions, environ: Mapping[str, str], connector: Connector, config: AppConfig,
            specs: tuple[OdsTaskSpec, ...], load_ods: bool) -> tuple[LaneInput, ...]:
     if options.fleet_path:
-        if options.token and options.site_ids:
-            raise ConfigError("--fleet and --site-id exclude each other (put the store in the fleet file)")
+        if options.site_ids:  # whether or not a single token is set too
+            raise ConfigError("--fleet and --site-id exclude each other (put the store in the fleet file, or pick "
+                              "stores of it with --stores)")
         return _fleet_lanes(options, environ, connector, config, specs)
     if options.lanes or options.stores:
         raise ConfigError("--lanes and --stores filter a --fleet file")
