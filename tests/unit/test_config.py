@@ -165,3 +165,20 @@ def test_huge_files_and_fifos_are_refused_in_one_line_before_parsing(tmp_path):
     env.write_text("X=1\n" * (MAX_ENV_BYTES // 4 + 1))
     with pytest.raises(ConfigError, match="more than the 1 MiB"):
         load_env_file(env, required=True, environ={})
+
+
+def test_an_error_about_a_file_that_is_no_yaml_mapping_does_not_echo_its_lines():
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from feiqiu_etl.connector.yamldoc import describe
+
+    class Doc(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        name: str = "x"
+
+    raw = {"root:$6$secrethash:20228:0:99999:7:::": None}  # what /etc/shadow parses into
+    try:
+        Doc.model_validate(raw)
+    except ValidationError as exc:
+        text = describe(exc, raw)
+    assert "secrethash" not in text and "Extra inputs" in text

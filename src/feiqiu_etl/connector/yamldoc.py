@@ -4,6 +4,7 @@ No network or database I/O."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,21 @@ def describe(exc: ValidationError, raw: Any, *, root: str = "document") -> str:
         if isinstance(head, int) and parts:
             parts[-1] += _named(node, head)
         else:
-            parts.append(str(head))
+            parts.append(_shown_key(head))
         node = _child(node, head)
     msg = err["msg"].removeprefix("Value error, ")
     more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"{'.'.join(parts) or root}: {msg}{more}"
+
+
+_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _shown_key(key: Any) -> str:
+    """A key as it may be shown: a name-like key as it is; anything else (a file that is no YAML mapping parses
+    into keys made of its lines, e.g. ``/etc/shadow``'s) is not echoed."""
+    text = str(key)
+    return text if isinstance(key, int) or _KEY.match(text) else "<a key that is no name>"
 
 
 def _named(items: Any, index: int) -> str:
