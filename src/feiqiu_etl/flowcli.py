@@ -69,6 +69,7 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         if token.is_cancelled:
             os.write(2, b"\nsecond signal: aborting now\n")
+            logging.disable(logging.CRITICAL)  # no "database not answering" from threads as our server stops
             for cleanup in list(_HARD_ABORT):
                 with contextlib.suppress(Exception):
                     cleanup()
