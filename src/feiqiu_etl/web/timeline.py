@@ -208,11 +208,11 @@ def timeline_svg(requests: list[dict], *, started_at: datetime, seconds: float |
             last = r
         for w in waits:
             title = w.title if w.n == 1 else f"{w.n} waits ({WAIT_LABELS.get(w.klass, 'no wait needed')}), " \
-                                             f"{w.t0:.1f}–{w.t1:.1f} s"
+                                             f"from {w.t0:.1f} s to {w.t1:.1f} s of the run"
             out.append(f'<rect class="wait" data-reason="{_attr(w.klass or "none")}" x="{w.x0:.2f}" y="{wait_y}" '
                        f'width="{w.x1 - w.x0:.2f}" height="8" fill="{w.color}"><title>{_attr(title)}</title></rect>')
         for b in bars:
-            title = b.title if b.n == 1 else f"{b.n} requests ({b.klass}, ok), {b.t0:.1f}–{b.t1:.1f} s"
+            title = b.title if b.n == 1 else f"{b.n} requests ({b.klass}, ok), from {b.t0:.1f} s to {b.t1:.1f} s of the run"
             out.append(f'<rect class="req" data-outcome="{_attr(b.outcome)}" data-class="{_attr(b.klass)}" '
                        f'data-n="{b.n}" x="{b.x0:.2f}" y="{req_y}" width="{b.x1 - b.x0:.2f}" height="22" '
                        f'fill="{b.color}"><title>{_attr(title)}</title></rect>')
