@@ -259,7 +259,7 @@ def _lane(name: str, token: Secret, token_source: str, base: str, stores: tuple[
         minimum = connector.min_gap(spec.gap_class)
         if cfg.rate_min < minimum and not unsafe:
             key, source = _rate_source(config, spec)
-            where = "" if name == DEFAULT_LANE else f" (lane {name})"
+            where = "" if name == DEFAULT_LANE or f"lane {name}" in source else f" (lane {name})"
             raise ConfigError(
                 f"{key} = {cfg.rate_min:g} s ({source}){where} is below the upstream's minimum gap of {minimum:g} s "
                 f"for {spec.gap_class} endpoints such as {spec.code} (docs/upstream-api.md §2.2); raise it, or pass "
