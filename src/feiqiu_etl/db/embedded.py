@@ -641,7 +641,7 @@ class EmbeddedPostgres:
         args = [str(binaries / "postgres"), "-D", str(self.pgdata), "-c", "listen_addresses=", "-c", f"port={PORT}",
                 "-c", f"unix_socket_directories={socket_dir}", "-c", "unix_socket_permissions=0700",
                 "-c", "unix_socket_group=", "-c", "password_encryption=scram-sha-256",
-                "-c", f"shared_buffers={shared_buffers_mb()}MB", "-c", "max_wal_size=4GB", "-c", "wal_compression=pglz"]
+                "-c", f"shared_buffers={shared_buffers_mb()}MB"]
         try:
             logfile = open(log_path, "a", encoding="utf-8")
             if account is not None:
