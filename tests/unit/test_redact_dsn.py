@@ -42,3 +42,10 @@ def test_unencoded_special_characters_in_uri_passwords(dsn):
 
     assert "Secret" not in redact_dsn(dsn)
     assert "Secret" not in scrub('invalid integer value "TopSecret" for connection option "port"', dsn)
+
+
+def test_an_empty_password_is_not_shown_as_a_masked_one():
+    from feiqiu_etl.db.connection import redact_dsn
+
+    shown = redact_dsn("user=postgres password='' passfile=/home/x/pgpass host=/tmp/run")
+    assert "password" not in shown and "passfile=/home/x/pgpass" in shown

@@ -82,8 +82,10 @@ def redact_dsn(dsn: str) -> str:
         params = conninfo_to_dict(dsn)
     except Exception:  # noqa: BLE001 - never echo what we cannot parse
         return "<connection string not shown>"
-    if "password" in params:
+    if params.get("password"):
         params["password"] = "***"
+    else:  # an empty password (the embedded server's DSNs name a passfile) is not shown as if it were one
+        params.pop("password", None)
     return make_conninfo(**params)
 
 
