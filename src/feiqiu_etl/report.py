@@ -368,6 +368,11 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
         console.print(Text(f"lane {lane['name']} ({lane['key']}, token from ${lane['token_env']}): "
                            f"{len(lane['stores'])} store(s), ~{lane['estimate']['requests']} requests, "
                            f"~{duration(lane['estimate']['seconds'])} at its gaps", style="bold"))
+        sites = _short_sites({task["site_id"] for task in lane["tasks"]})
+        names = {st.get("site_id"): st.get("name") for st in lane["stores"] if isinstance(st, dict)}
+        if any(names.values()):
+            console.print("  stores: " + ", ".join(f"{sites.get(k, k)} {v}" for k, v in names.items() if v),
+                          overflow="fold")
         t = _compact()
         for col in ("store", "task", "kind", "windows", "gap s", "req", "basis"):
             t.add_column(col, no_wrap=col != "windows", overflow="fold")
@@ -376,7 +381,7 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
             w = "-" if not windows else f"{windows[0][0][:16]} … {windows[-1][1][:16]} ({len(windows)} seg)"
             est = task["estimate"]
             req = f"{est['list_requests']}+{est['detail_requests']}" if task["detail_endpoint"] else str(est["requests"])
-            t.add_row(str(task["site_id"])[-6:], task["task"], task["kind"][:4], w,
+            t.add_row(sites[task["site_id"]], task["task"], task["kind"][:4], w,
                       f"{task['rate_min']:g}-{task['rate_max']:g}", req, est["basis"])
         console.print(t)
     if plan.get("dwd"):
