@@ -145,12 +145,10 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         if not watch:
             render_status(registry.running(conn))
             return
-        from rich.console import Console
+        from rich.console import Console, Group
         from rich.live import Live
 
         from feiqiu_etl.report import progress_view
-
-        from rich.console import Group
 
         watched: list[str] = []
         seen_any = False
