@@ -35,9 +35,10 @@ def config_show(as_json, verbose, log_format, **p) -> None:
         connector = load_connector(p.get("connector_path"))
         cfg = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=overrides, environ=None,
                              strict_names=_dotenv_names(), override_sources=sources)
+        rows = _settings(cfg, connector)  # a bad value (workers=abc) is the one line run/plan give, exit 2
+        notes = _unsafe_gaps(cfg, connector, rows) if not p.get("unsafe_gaps") else []
     except (ConfigError, ConnectorError) as exc:
         raise UsageFailure(str(exc)) from None
-    rows = _settings(cfg, connector)
     env_source = lambda name: ".env" if name in _dotenv_names() else "environment"  # noqa: E731
     token = p.get("token")
     rows.append({"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {Secret(token).fingerprint()})" if token
@@ -61,8 +62,31 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     for col in ("key", "value", "source"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["key"], str(r["value"]), r["source"])
-    _console().print(table)
+        table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else str(r["value"]), r["source"])
+    console = _console()
+    console.print(table)
+    for note in notes:
+        console.print(f"(!) {note}", style="yellow", overflow="fold", markup=False)
+
+
+def _unsafe_gaps(cfg, connector, rows: list[dict]) -> list[str]:
+    """Mark the rows whose ``rate_min`` is below the upstream's minimum gap (``warning``: what ``run`` and
+    ``plan`` would say) and return one note per such key."""
+    from feiqiu_etl.plan.inputs import gap_below_minimum
+
+    notes: dict[str, str] = {}
+    for spec in connector.tasks:
+        found = gap_below_minimum(cfg, spec, connector)
+        if found and found[0] not in notes:
+            notes[found[0]] = f"{found[1]}: run and plan refuse it without --unsafe-gaps"
+    for r in rows:
+        key = r["key"]
+        if r["source"] == "connector" and key.endswith(".rate_min"):  # set by the connector file
+            code = key.split(".")[1].upper()
+            key = f"connector {code}.pipeline.rate_min"
+        if key in notes:
+            r["warning"] = notes[key]
+    return list(notes.values())
 
 
 def _settings(cfg, connector) -> list[dict]:

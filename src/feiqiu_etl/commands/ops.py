@@ -52,14 +52,36 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
 
 
 def _echo_json(data) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False, default=str))
+    """JSON as the web API gives it (:func:`registry.jsonable`): seconds as numbers, ISO 8601 times."""
+    click.echo(json.dumps(registry.jsonable(data), ensure_ascii=False, default=str))
 
 
 def _resolve(conn: psycopg.Connection, run_id: str) -> str:
-    found = registry.resolve_run_id(conn, run_id)
-    if found is None:
+    found = registry.matching_runs(conn, run_id, limit=6)
+    if not found:
         raise UsageFailure(f"no run {run_id!r} (see feiqiu-etl runs)")
-    return found
+    if len(found) > 1:
+        more = ", …" if len(found) > 5 else ""
+        raise UsageFailure(f"run id prefix {run_id!r} is ambiguous: it matches {', '.join(found[:5])}{more}; "
+                           "give more of the id")
+    return found[0]
+
+
+def _task_code(conn: psycopg.Connection, code: str) -> str:
+    """``code`` upper-cased if it is a task of the connector or has owed details; else the one line of ``run``."""
+    from feiqiu_etl.connector import ConnectorError, load_connector
+
+    code = code.upper()
+    owed = conn.execute("SELECT 1 FROM etl_meta.detail_pending WHERE task_code = %s LIMIT 1", (code,)).fetchone()
+    conn.commit()
+    if owed:
+        return code
+    try:
+        return load_connector(None).task(code).code
+    except KeyError as exc:
+        raise UsageFailure(exc.args[0]) from None
+    except ConnectorError as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 @click.command()
@@ -76,6 +98,10 @@ def runs(limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
         rows = registry.list_runs(conn, limit=limit, status=status, store=store)
     if as_json:
         _echo_json(rows)
+        return
+    if not rows and (status or store is not None):  # "no runs recorded yet" would be wrong
+        click.echo(f"no {status.upper() + ' ' if status else ''}runs{f' of store {store}' if store is not None else ''}"
+                   " (feiqiu-etl runs lists them all)")
         return
     from feiqiu_etl.report import render_runs
 
@@ -119,24 +145,40 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         if not watch:
             render_status(registry.running(conn))
             return
-        from rich.console import Console
+        from rich.console import Console, Group
         from rich.live import Live
 
         from feiqiu_etl.report import progress_view
 
+        watched: list[str] = []
+        seen_any = False
         with Live(console=Console(), refresh_per_second=2) as live:
             try:
                 while True:
                     current = registry.running(conn)
+                    ids = {r["run_id"] for r in current}
+                    for rid in [w for w in watched if w not in ids]:  # ended since the last look: say how
+                        watched.remove(rid)
+                        live.console.print(_ended(conn, rid))
+                    watched += [r["run_id"] for r in current if r["run_id"] not in watched]
+                    seen_any = seen_any or bool(current)
                     if not current:
                         break
-                    from rich.console import Group
-
                     live.update(Group(*[progress_view(r["live"]) for r in current if r.get("live")]))
                     time.sleep(1)
             except KeyboardInterrupt:
-                pass
-        render_status(registry.running(conn))
+                seen_any = False
+            live.update(Group())
+        if not seen_any:  # nothing was running (or Ctrl-C): the one-shot status
+            render_status(registry.running(conn))
+
+
+def _ended(conn: psycopg.Connection, run_id: str) -> str:
+    """``run X ended CANCELLED (exit 5)`` (and its one-line error) for ``status --watch``."""
+    run = registry.get_run(conn, run_id, with_log=False) or {}
+    code = run.get("exit_code")
+    error = f": {run['error']}" if run.get("error") else ""
+    return f"run {run_id} ended {run.get('status', '?')} (exit {'-' if code is None else code}){error}"
 
 
 @click.command()
@@ -188,11 +230,12 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
         from psycopg.rows import dict_row
 
         with conn.cursor(row_factory=dict_row) as cur:
+            code = _task_code(conn, task_code) if task_code else None
             rows = cur.execute(
                 "SELECT connector, task_code, site_id, parent_key, attempts, last_error, updated_at "
                 "FROM etl_meta.detail_pending WHERE (%(t)s::text IS NULL OR task_code = %(t)s) "
                 "AND (%(s)s::bigint IS NULL OR site_id = %(s)s) ORDER BY task_code, site_id, updated_at",
-                {"t": task_code.upper() if task_code else None, "s": site_id}).fetchall()
+                {"t": code, "s": site_id}).fetchall()
     if as_json:
         _echo_json(rows)
         return

@@ -256,16 +256,27 @@ def _lane(name: str, token: Secret, token_source: str, base: str, stores: tuple[
     configs = {}
     for spec in specs:
         cfg = config.pipeline_config(spec.code, spec.pipeline)
-        minimum = connector.min_gap(spec.gap_class)
-        if cfg.rate_min < minimum and not unsafe:
-            key, source = _rate_source(config, spec)
-            where = "" if name == DEFAULT_LANE or f"lane {name}" in source else f" (lane {name})"
-            raise ConfigError(
-                f"{key} = {cfg.rate_min:g} s ({source}){where} is below the upstream's minimum gap of {minimum:g} s "
-                f"for {spec.gap_class} endpoints such as {spec.code} (docs/upstream-api.md §2.2); raise it, or pass "
-                "--unsafe-gaps on purpose (e.g. against a simulator started with tiny gaps)")
+        unsafe_gap = gap_below_minimum(config, spec, connector, name)
+        if unsafe_gap and not unsafe:
+            raise ConfigError(f"{unsafe_gap[1]}; raise it, or pass --unsafe-gaps on purpose (e.g. against a "
+                              "simulator started with tiny gaps)")
         configs[spec.code] = cfg
     return LaneInput(name, token, token_source, base, stores, specs, configs, config)
+
+
+def gap_below_minimum(config: AppConfig, spec: OdsTaskSpec, connector: Connector,
+                      lane: str = DEFAULT_LANE) -> tuple[str, str] | None:
+    """``(key, sentence)`` when the task's effective ``rate_min`` (s) is below the upstream's minimum gap for
+    its gap class (docs/upstream-api.md §2.2): the key that set it and why ``run``/``plan`` refuse it without
+    ``--unsafe-gaps``; None when it is safe. Raises :class:`ConfigError` for a bad pipeline value."""
+    rate_min = config.pipeline_config(spec.code, spec.pipeline).rate_min
+    minimum = connector.min_gap(spec.gap_class)
+    if rate_min >= minimum:
+        return None
+    key, source = _rate_source(config, spec)
+    where = "" if lane == DEFAULT_LANE or f"lane {lane}" in source else f" (lane {lane})"
+    return key, (f"{key} = {rate_min:g} s ({source}){where} is below the upstream's minimum gap of {minimum:g} s "
+                 f"for {spec.gap_class} endpoints such as {spec.code} (docs/upstream-api.md §2.2)")
 
 
 def _rate_source(config: AppConfig, spec: OdsTaskSpec) -> tuple[str, str]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Iterable
 
 import psycopg
@@ -32,6 +33,8 @@ HOST = socket.gethostname()
 
 _LIST_COLUMNS = ("run_id, status, command, started_at, finished_at, heartbeat_at, host, pid, stores, tasks, lanes, "
                  "rows_written, requests, rejections, errors, exit_code, error, cancel_requested_at")
+# seconds as a float (``extract`` gives numeric, which JSON would carry as a string)
+_DURATION = "extract(epoch FROM coalesce(finished_at, now()) - started_at)::float8 AS duration"
 
 
 def process_started(pid: int | None = None) -> float | None:
@@ -172,8 +175,8 @@ def list_runs(conn: psycopg.Connection, *, limit: int = 20, offset: int = 0, sta
     clause, params = _filters(status, store)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            f"SELECT {_LIST_COLUMNS}, extract(epoch FROM coalesce(finished_at, now()) - started_at) AS duration "
-            f"FROM etl_meta.run {clause} ORDER BY started_at DESC, run_id DESC LIMIT %s OFFSET %s",
+            f"SELECT {_LIST_COLUMNS}, {_DURATION} FROM etl_meta.run {clause} "
+            "ORDER BY started_at DESC, run_id DESC LIMIT %s OFFSET %s",
             (*params, limit, offset)).fetchall()
     conn.commit()
     return rows
@@ -204,8 +207,7 @@ def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> 
     with conn.cursor(row_factory=dict_row) as cur:
         run = cur.execute(
             f"SELECT {_LIST_COLUMNS}, args, config, summary, live, version, cancel_requested_by, "
-            "extract(epoch FROM coalesce(finished_at, now()) - started_at) AS duration "
-            "FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
+            f"{_DURATION} FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
         if run is not None and with_log:
             run["log"] = cur.execute(
                 "SELECT ts, level, lane, site_id, task, message FROM etl_meta.run_log WHERE run_id = %s "
@@ -218,26 +220,49 @@ def running(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Runs in progress with their live snapshot and heartbeat age (s)."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            f"SELECT {_LIST_COLUMNS}, live, extract(epoch FROM now() - heartbeat_at) AS heartbeat_age, "
-            "extract(epoch FROM now() - started_at) AS duration "
+            f"SELECT {_LIST_COLUMNS}, live, extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age, "
+            "extract(epoch FROM now() - started_at)::float8 AS duration "
             "FROM etl_meta.run WHERE status = 'RUNNING' ORDER BY started_at").fetchall()
     conn.commit()
     return rows
 
 
 def resolve_run_id(conn: psycopg.Connection, prefix: str) -> str | None:
-    """The run id that equals ``prefix`` or uniquely starts with it; ``"last"`` is the newest run."""
+    """The run id that equals ``prefix`` or uniquely starts with it; ``"last"`` is the newest run. None when
+    there is no such run or the prefix is ambiguous (:func:`matching_runs` tells which)."""
+    found = matching_runs(conn, prefix, limit=2)
+    return found[0] if len(found) == 1 else None
+
+
+def matching_runs(conn: psycopg.Connection, prefix: str, limit: int = 6) -> list[str]:
+    """Up to ``limit`` run ids for ``prefix``: ``[id]`` if one equals it (or ``prefix`` is ``"last"``: the
+    newest run), else those that start with it, newest first (several: the prefix is ambiguous)."""
     if prefix == "last":
-        row = conn.execute("SELECT run_id FROM etl_meta.run ORDER BY started_at DESC LIMIT 1").fetchone()
+        rows = conn.execute("SELECT run_id FROM etl_meta.run ORDER BY started_at DESC LIMIT 1").fetchall()
         conn.commit()
-        return row[0] if row else None
-    rows = conn.execute("SELECT run_id FROM etl_meta.run WHERE run_id = %s OR run_id LIKE %s ORDER BY run_id "
-                        "LIMIT 2", (prefix, prefix.replace("%", r"\%").replace("_", r"\_") + "%")).fetchall()
+        return [r[0] for r in rows]
+    rows = conn.execute("SELECT run_id FROM etl_meta.run WHERE run_id = %s OR run_id LIKE %s "
+                        "ORDER BY run_id = %s DESC, started_at DESC, run_id DESC LIMIT %s",
+                        (prefix, prefix.replace("%", r"\%").replace("_", r"\_") + "%", prefix, limit)).fetchall()
     conn.commit()
-    exact = [r[0] for r in rows if r[0] == prefix]
-    if exact:
-        return exact[0]
-    return rows[0][0] if len(rows) == 1 else None
+    ids = [r[0] for r in rows]
+    return ids[:1] if ids and ids[0] == prefix else ids
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with datetimes as ISO 8601 strings with their offset, ``Decimal`` as float and ``timedelta``
+    as seconds: what ``runs``/``show``/``status --json`` print and the web API answers, so both agree."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
 
 
 def freshness(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]]:

@@ -6,29 +6,13 @@ commits (so a pooled connection goes back idle). Nothing here writes.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
-from decimal import Decimal
 from typing import Any, Iterable
 
 import psycopg
 from psycopg.rows import dict_row
 
 from feiqiu_etl.runs import registry
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with datetimes as ISO 8601 strings, ``Decimal`` as float and ``timedelta`` as seconds."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
+from feiqiu_etl.runs.registry import jsonable  # noqa: F401 - the web modules import it from here
 
 
 def store_ids(conn: psycopg.Connection) -> list[int]:
