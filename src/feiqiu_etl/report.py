@@ -127,7 +127,7 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
     return table, legend
 
 
-def render_summary(data: dict, console: Console | None = None) -> None:
+def render_summary(data: dict, console: Console | None = None, *, more_hint: bool = True) -> None:
     """Per-task counts (80 columns: rows = list/detail records fetched; new/chg/same/del = inserted/updated/
     unchanged/soft-deleted; rl = rate-limited answers), stores and lanes that stopped, the first errors of
     each task with "(N more)", and the DWD table."""
@@ -162,7 +162,7 @@ def render_summary(data: dict, console: Console | None = None) -> None:
         errors = t["errors"]
         for e in errors[:ERRORS_SHOWN]:
             console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}", style="red"), overflow="fold")
-        if len(errors) > ERRORS_SHOWN:
+        if len(errors) > ERRORS_SHOWN and more_hint:  # `show` prints the others itself
             console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
                                style="red"))
         if (t.get("snapshot_note") or "").startswith("soft delete skipped"):
@@ -241,18 +241,24 @@ def lane_lines(lane: dict) -> list[Text]:
         wait, style = f"next in {lane['next_due_in']:.1f} s ({lane['wait_reason']})", ""
     elif cur.get("in_flight"):
         wait, style = "request in flight", ""
+    elif lane.get("state") == "finished":
+        wait, style = "done", ""
     else:
         wait, style = "working", ""
     first = Text(f"{lane['name']}: ", style="bold")
     first.append(now)
     second = Text("  ")
     second.append(wait, style=style)
-    second.append(f" · {lane['rows_written']:,} rows {lane['rows_per_s']:.0f}/s · ETA {duration(lane.get('eta_s'))}")
+    if lane.get("state") == "finished":
+        second.append(f" · {lane['rows_written']:,} rows")
+    else:
+        second.append(f" · {lane['rows_written']:,} rows {lane['rows_per_s']:.0f}/s · ETA "
+                      f"{duration(lane.get('eta_s'))}")
     q = lane.get("queues", {})
     rejected = lane["throttled"] + lane["banned"]
     third = Text(f"  tasks {lane['tasks_done']}/{lane['tasks']} · req {lane['requests_sent']} ({rejected} rejected) · "
-                 f"left ~{lane['requests_remaining']} · queues {q.get('frontier', 0)}/{q.get('processing', 0)}/"
-                 f"{q.get('write', 0)}", style="dim")
+                 f"left ~{lane['requests_remaining']} · queued {q.get('frontier', 0)} req/{q.get('processing', 0)} "
+                 f"proc/{q.get('write', 0)} write", style="dim")
     for line in (first, second, third):
         line.no_wrap = True
         line.overflow = "ellipsis"
@@ -439,7 +445,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
                 console.print(Text.assemble(f"  store {store['site_id']}{name}: ", _status(store["status"]),
                                             f"  {store['tasks_done']}/{store['tasks']} tasks, {store['rows']} rows"
                                             + (f"  — {store['reason']}" if store.get("reason") else "")))
-        render_summary(summary, console)
+        render_summary(summary, console, more_hint=False)
         for t in summary.get("tasks", []):
             if t.get("windows"):
                 w = t["windows"]

@@ -62,3 +62,23 @@ def test_a_wide_terminal_keeps_every_column():
     assert header.split() == ["task", "lane", "site", "status", "req", "rows", "new", "chg", "same", "del",
                               "details", "rl", "err", "s"]
     assert "ODS_MEMBER_BALANCE_CHANGE" in text
+
+
+def test_a_finished_lane_says_done_without_a_rate_or_eta_and_queues_are_labelled():
+    from feiqiu_etl.report import lane_lines
+
+    lane = {"name": "south", "state": "finished", "current": None, "rows_written": 73, "rows_per_s": 0.0,
+            "eta_s": 0.0, "queues": {"frontier": 38, "processing": 0, "write": 0}, "throttled": 0, "banned": 0,
+            "tasks_done": 21, "tasks": 21, "requests_sent": 99, "requests_remaining": 0}
+    text = " / ".join(line.plain for line in lane_lines(lane))
+    assert "south: finished" in text and "done · 73 rows" in text
+    assert "working" not in text and "ETA" not in text and "0/s" not in text
+    assert "queued 38 req/0 proc/0 write" in text
+
+
+def test_show_lists_every_error_without_pointing_at_itself():
+    data = _fleet()
+    data["tasks"][0]["errors"] = [{"stage": "request", "error": f"boom {i}"} for i in range(9)]
+    hinted, inside_show = _render(data, 200), io.StringIO()
+    render_summary(data, Console(width=200, file=inside_show, color_system=None), more_hint=False)
+    assert "more; feiqiu-etl show" in hinted and "more; feiqiu-etl show" not in inside_show.getvalue()
