@@ -110,6 +110,10 @@ def test_sql_command_reads_but_never_writes(pg_dsn, reader_dsn, marker):
     for secret in ("SELECT rolpassword FROM pg_authid", "SELECT passwd FROM pg_shadow"):
         shown = _sql("--dsn", reader_dsn, secret)  # the server's password verifiers stay hidden
         assert shown.returncode == 2 and "SCRAM" not in shown.stdout + shown.stderr, shown.stdout
+    for move in ("SELECT pg_advisory_lock(42)", "SELECT pg_try_advisory_lock(1, 2)",
+                 "SELECT pg_notify('feiqiu_etl_cancel', 'x')"):  # hold a lane, fake a cancel
+        refused = _sql("--dsn", reader_dsn, move)
+        assert refused.returncode == 2 and "permission denied" in refused.stderr, (move, refused.stderr)
     denied = _sql("--dsn", reader_dsn, "DELETE FROM ods.member")
     assert denied.returncode == 2 and "read-only" in denied.stderr
     for sneaky in ("COMMIT; DELETE FROM ods.member", "SET TRANSACTION READ WRITE; DELETE FROM ods.member",

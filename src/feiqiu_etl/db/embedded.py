@@ -789,7 +789,8 @@ def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> No
     verifier). It may read the database's own schemas: USAGE on each schema and SELECT on its tables and
     sequences, now and (default privileges of the role of ``conn``) for those created later. Not
     ``pg_read_all_data``: that covers the system catalogs too, so the role could read the server's password
-    verifiers in ``pg_authid``. ``conn`` must be a superuser's, in autocommit mode, on the database the role
+    verifiers in ``pg_authid``. Nobody but superusers may take advisory locks or NOTIFY in this database.
+    ``conn`` must be a superuser's, in autocommit mode, on the database the role
     reads. Idempotent."""
     ident = sql.Identifier(role)
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
@@ -812,6 +813,11 @@ def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> No
         conn.execute(sql.SQL("GRANT SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}").format(name, ident))
     for kind, privilege in (("TABLES", "SELECT"), ("SEQUENCES", "SELECT"), ("SCHEMAS", "USAGE")):
         conn.execute(sql.SQL(f"ALTER DEFAULT PRIVILEGES GRANT {privilege} ON {kind} TO {{}}").format(ident))
+    # Taking an advisory lock or sending a NOTIFY works in a read-only transaction; in this database only
+    # superusers (the loading role) may: a reader could otherwise hold a token's lane or fake a cancel signal.
+    for (proc,) in conn.execute("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname = 'pg_notify' "
+                                "OR (p.proname LIKE 'pg%advisory%lock%' AND p.proname NOT LIKE '%unlock%')").fetchall():
+        conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(proc)))
 
 
 def create_database(admin_dsn: str, database: str, *, drop_first: bool = False) -> None:
