@@ -75,6 +75,10 @@ def test_details_lists_and_drops_owed_details(pg_dsn):
     dropped = cli("details", "drop", "ODS_MEMBER", str(members[0]["memberId"]), "--dsn", pg_dsn)
     assert dropped.returncode == 0 and "dropped 1" in dropped.stdout
     assert len(_owed(pg_dsn)) == 2
+    unknown = cli("details", "drop", "ODS_MEMBER", str(members[1]["memberId"]), "abc", "--dsn", pg_dsn)
+    assert unknown.returncode == 2 and "not owed by ODS_MEMBER: abc" in unknown.stderr and len(_owed(pg_dsn)) == 2
+    bad_task = cli("details", "drop", "ODS_NOPE", "--all", "--dsn", pg_dsn)
+    assert bad_task.returncode == 2 and "ODS_NOPE" in bad_task.stderr
     refused = cli("details", "drop", "ODS_MEMBER", "--dsn", pg_dsn)
     assert refused.returncode == 2 and "--all" in refused.stderr
     assert cli("details", "drop", "ods_member", "--all", "--dsn", pg_dsn).returncode == 0 and _owed(pg_dsn) == []

@@ -257,12 +257,17 @@ def details_drop(task_code, parents, site_id, drop_all, dsn, demo, verbose, log_
     if not parents and not drop_all:
         raise UsageFailure("name the parent keys to drop, or pass --all")
     with warehouse(dsn, demo) as conn:
-        cur = conn.execute(
-            "DELETE FROM etl_meta.detail_pending WHERE task_code = %s AND (%s::bigint IS NULL OR site_id = %s) "
-            "AND (%s OR parent_key = ANY(%s))",
-            (task_code.upper(), site_id, site_id, drop_all, list(parents)))
+        code = _task_code(conn, task_code)
+        scope = "task_code = %s AND (%s::bigint IS NULL OR site_id = %s)"
+        owed = {r[0] for r in conn.execute(f"SELECT parent_key FROM etl_meta.detail_pending WHERE {scope} "
+                                           "AND parent_key = ANY(%s)", (code, site_id, site_id, list(parents)))}
+        missing = sorted(set(parents) - owed)
+        if missing:  # refused before anything is dropped, like any bad argument
+            conn.rollback()
+            shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+            raise UsageFailure(f"not owed by {code}{f' at store {site_id}' if site_id else ''}: {shown}; nothing "
+                               "dropped (feiqiu-etl details lists the owed ones)")
+        n = conn.execute(f"DELETE FROM etl_meta.detail_pending WHERE {scope} AND (%s OR parent_key = ANY(%s))",
+                         (code, site_id, site_id, drop_all, list(parents))).rowcount
         conn.commit()
-        n = cur.rowcount
-    click.echo(f"dropped {n} owed detail(s) of {task_code.upper()}")
-    if parents and n < len(parents):
-        sys.exit(3)
+    click.echo(f"dropped {n} owed detail(s) of {code}")
