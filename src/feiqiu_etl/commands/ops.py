@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from typing import Iterator
 
