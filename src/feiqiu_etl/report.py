@@ -71,8 +71,8 @@ _LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/de
 def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table, str]:
     """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, rl,
     details failed/skipped: the details fetched are in ``rows``) or do not apply (lane, site) are left out;
-    if it is still too wide, ``same`` goes, then the ``ODS_`` prefix of task names, then ``lane``, ``rl`` and
-    ``details`` (``feiqiu-etl show`` prints them all)."""
+    if it is still too wide, ``rl``, ``details``, ``lane``, ``del`` and ``same`` go in that order (``feiqiu-etl
+    show`` prints them all). Task names are never shortened: people copy them into ``--tasks``."""
     sites = _short_sites({t["site_id"] for t in tasks})
     lane_of = {store["site_id"]: lane["name"] for lane in lanes for store in lane.get("stores", [])}
     wanted = ["task", *(["lane"] if len({lane_of.get(t["site_id"]) for t in tasks}) > 1 else []),
@@ -105,9 +105,9 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
 
     probe = Console(width=1000, file=io.StringIO())
     variants, columns = [(wanted, False)], wanted
-    for drop in ("same", "ODS_", "lane", "rl", "details"):  # least missed first; `show` has them all
+    for drop in ("rl", "details", "lane", "del", "same"):  # least missed first; `show` has them all
         columns = [c for c in columns if c != drop]
-        variants.append((columns, True if drop != "same" else False))
+        variants.append((columns, False))  # task names stay whole: people copy them into --tasks
     for columns, short in variants:
         table = build(columns, short)
         if probe.measure(table).maximum <= width:
@@ -397,16 +397,37 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
 
 
 def render_runs(rows: list[dict], console: Console | None = None) -> None:
+    """Runs newest first. Fitted to the terminal: run ids and statuses are never cut; ``rej``, ``err``,
+    ``tasks`` and ``stores`` go first when the table is too wide (``--json`` and a pipe have them all)."""
     console = console or _console()
-    t = _compact()
-    for col in ("run", "status", "started (UTC)", "took", "stores", "tasks", "rows", "req", "rej", "err"):
-        t.add_column(col, no_wrap=True, justify="right" if col in ("rows", "req", "rej", "err") else "left")
-    for r in rows:
-        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M:%S") if r.get("started_at") else "-"
+    sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
+
+    def cells(r: dict) -> dict[str, Any]:
+        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M") if r.get("started_at") else "-"
         stores = r.get("stores") or []
-        t.add_row(r["run_id"], _status(r["status"]), started, duration(r.get("duration")),
-                  str(stores[0]) if len(stores) == 1 else str(len(stores)), str(len(r.get("tasks") or [])),
-                  _n(r.get("rows_written")), _n(r.get("requests")), _n(r.get("rejections")), _n(r.get("errors")))
+        return {"run": r["run_id"], "status": _status(r["status"]), "started (UTC)": started,
+                "took": duration(r.get("duration")),
+                "stores": sites.get(stores[0], str(stores[0])) if len(stores) == 1 else str(len(stores)),
+                "tasks": str(len(r.get("tasks") or [])), "rows": _n(r.get("rows_written")),
+                "req": _n(r.get("requests")), "rej": _n(r.get("rejections")), "err": _n(r.get("errors"))}
+
+    def build(columns: list[str]) -> Table:
+        t = _compact()
+        for col in columns:
+            t.add_column(col, no_wrap=True, justify="right" if col in ("rows", "req", "rej", "err") else "left")
+        for r in rows:
+            row = cells(r)
+            t.add_row(*(row[c] for c in columns))
+        return t
+
+    columns = ["run", "status", "started (UTC)", "took", "stores", "tasks", "rows", "req", "rej", "err"]
+    probe = Console(width=1000, file=io.StringIO())
+    t = build(columns)
+    for drop in ("rej", "err", "tasks", "stores"):
+        if probe.measure(t).maximum <= console.width:
+            break
+        columns = [c for c in columns if c != drop]
+        t = build(columns)
     console.print(t)
     if not rows:
         console.print("no runs recorded yet", style="dim")

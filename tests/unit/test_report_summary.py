@@ -52,7 +52,9 @@ def test_a_fleet_of_small_numbers_shows_its_lanes_in_80_columns():
         t.update(total_requests=3, total_fetched=42, detail_fetched=2 if t["detail_table"] else 0, total_inserted=40,
                  total_updated=2, total_skipped=0, timing={"total": 8.2})
     text = _render(data)
-    assert all(len(line) <= 80 for line in text.splitlines()) and "200/2/0" in text, text
+    assert all(len(line) <= 80 for line in text.splitlines()) and "ODS_MEMBER_BALANCE_CHANGE" in text, text
+    header = next(line for line in text.splitlines() if line.startswith("task"))
+    assert "same" in header.split()  # what tells a rerun changed nothing stays longest
     assert "lanes: north = …4417 …4418, south = …4419" in " ".join(text.split())
 
 
@@ -82,3 +84,19 @@ def test_show_lists_every_error_without_pointing_at_itself():
     hinted, inside_show = _render(data, 200), io.StringIO()
     render_summary(data, Console(width=200, file=inside_show, color_system=None), more_hint=False)
     assert "more; feiqiu-etl show" in hinted and "more; feiqiu-etl show" not in inside_show.getvalue()
+
+
+def test_the_runs_table_fits_80_columns_with_whole_run_ids():
+    from datetime import datetime, timezone
+
+    from feiqiu_etl.report import render_runs
+
+    rows = [{"run_id": f"20261201T14251{i}Z-23b43c0{i}", "status": "INTERRUPTED", "duration": 95.2,
+             "started_at": datetime(2026, 12, 1, 14, 25, tzinfo=timezone.utc), "stores": [8640015201004417 + i],
+             "tasks": ["ODS_MEMBER"] * 21, "rows_written": 71234, "requests": 1234, "rejections": 12, "errors": 3}
+            for i in range(3)]
+    out = io.StringIO()
+    render_runs(rows, Console(width=80, file=out, color_system=None))
+    text = out.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()) and "…" not in text.replace("…441", ""), text
+    assert all(r["run_id"] in text for r in rows) and "INTERRUPTED" in text and "71,234" in text
