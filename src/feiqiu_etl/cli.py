@@ -455,6 +455,12 @@ from feiqiu_etl.commands import register  # noqa: E402 - the operations commands
 register(main)
 
 
+def _json_logs_asked(argv: list[str] | None = None) -> bool:
+    """``--log-format json`` (or ``=json``) anywhere on the command line, parsed or not."""
+    args = sys.argv[1:] if argv is None else argv
+    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in zip(args, args[1:]))
+
+
 def entry() -> None:
     """The console script: ``main`` with a last line of defence — whatever escapes becomes one line on
     stderr and a documented exit code (7 for the database, 1 for a bug), never a traceback (``-vv`` adds it)."""
@@ -464,7 +470,12 @@ def entry() -> None:
     try:
         main.main(standalone_mode=False)
     except click.ClickException as exc:
-        exc.show()
+        if _json_logs_asked():  # a log shipper reading --log-format json gets nothing but JSON
+            from feiqiu_etl.logs import error_record
+
+            click.echo(error_record(exc.format_message()), err=True)
+        else:
+            exc.show()
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before the command took over
         click.echo("\ninterrupted", err=True)

@@ -165,6 +165,15 @@ def progress_line(text: str, console: Any) -> None:
     handler.emit(record)
 
 
+def error_record(message: str) -> str:
+    """A command's one-line error (exit 2 …) as the JSON record ``--log-format json`` prints (level ERROR,
+    logger ``feiqiu_etl``)."""
+    record = logging.makeLogRecord({"name": "feiqiu_etl", "levelno": logging.ERROR, "levelname": "ERROR",
+                                    "msg": message, "args": None})
+    RunIdFilter().filter(record)
+    return JsonFormatter().format(record)
+
+
 def attach_console(console: Any | None) -> None:
     """Route the stderr handler through ``console`` (a rich Console showing a live display) or back."""
     if _HANDLER is not None:

@@ -161,7 +161,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     for t in tasks:
         errors = t["errors"]
         for e in errors[:ERRORS_SHOWN]:
-            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}", style="red"), overflow="fold")
+            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
         if len(errors) > ERRORS_SHOWN and more_hint:  # `show` prints the others itself
             console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
                                style="red"))
@@ -433,6 +433,12 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
         console.print("no runs recorded yet", style="dim")
 
 
+def _params(error: dict) -> str:
+    """`` [memberId=…]``: the request parameters of an error (which parent a detail failure was about)."""
+    params = error.get("params")
+    return (" [" + ", ".join(f"{k}={v}" for k, v in params.items()) + "]") if params else ""
+
+
 def _n(value: Any) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -473,7 +479,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
                 console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({len(w)} segment(s))",
                               style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
-                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}", style="red"), overflow="fold")
+                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
     live = run.get("live")
     if live:
         console.print(progress_view(live))

@@ -171,3 +171,12 @@ def test_status_watch_says_how_the_watched_run_ended(conn, pg_dsn):
     assert watch.returncode == 0, err
     assert f"run {rid} ended CANCELLED (exit 5)" in out
     assert "no run is in progress" not in out.lower()
+
+
+def test_with_json_logs_a_usage_error_is_a_json_record_too():
+    proc = cli("run", "--log-format", "json", "--api-base", "http://127.0.0.1:9", "--site-id", "1", "--token", "t",
+               "--set", "pipeline.workers=abc")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    record = json.loads(lines[0])
+    assert record["level"] == "ERROR" and "pipeline.workers" in record["message"]

@@ -353,8 +353,9 @@ class _Run:
                 self.consecutive_request_failures += 1
             limit_hit = self.consecutive_request_failures >= self.cfg.max_consecutive_failures
         # A request the upstream answered "does not exist" (counts_as_failure False) is an expected outcome
-        # (e.g. a detail whose parent is gone): recorded, logged at INFO; the others at WARNING.
-        self._record("request", error, level=logging.WARNING if counts else logging.INFO)
+        # (e.g. a detail whose parent is gone; the caller's on_request_failed says what it means): recorded,
+        # logged at DEBUG; the others at WARNING.
+        self._record("request", error, level=logging.WARNING if counts else logging.DEBUG)
         self._failure_rows(request, exc)
         if abort or limit_hit:
             reason = "fatal error" if abort else f"{self.cfg.max_consecutive_failures} consecutive request failures"
