@@ -27,7 +27,7 @@ from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
 from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
-from feiqiu_etl.runner.results import CANCELLED, FAILED, RunResult
+from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.control import RunControl
 from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
@@ -213,7 +213,7 @@ class FlowRunner:
         try:
             with self.health.slot() as slot:
                 slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
-                                                          summary=summary, error=r.error or _first_reason(r),
+                                                          summary=summary, error=r.error or r.first_reason(),
                                                           **{k: v for k, v in r.totals().items()
                                                              if k != "rows_unchanged"}))
         except (psycopg.Error, DatabaseUnavailable) as exc:
@@ -264,18 +264,6 @@ def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]
         return series
     step = len(series) / (limit - 1)
     return [series[int(i * step)] for i in range(limit - 1)] + [series[-1]]
-
-
-def _first_reason(result: RunResult) -> str | None:
-    for lane in result.lanes:
-        if lane.reason:
-            return f"lane {lane.name}: {lane.reason}"
-        for store in lane.stores:
-            if store.reason:
-                return f"store {store.site_id}: {store.reason}"
-    if result.status == CANCELLED:
-        return "cancelled"
-    return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -133,6 +133,16 @@ class RunResult:
             self.status = combine(parts, cancelled=cancelled)
         return self.status
 
+    def first_reason(self) -> str | None:
+        """Why the first lane or store that stopped did (``lane north: invalid token (40101)``), or None."""
+        for lane in self.lanes:
+            if lane.reason:
+                return f"lane {lane.name}: {lane.reason}"
+            for store in lane.stores:
+                if store.reason:
+                    return f"store {store.site_id}: {store.reason}"
+        return "cancelled" if self.status == CANCELLED else None
+
     @property
     def exit_code(self) -> int:
         if self.status == FAILED and self.database_lost:
@@ -156,7 +166,8 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "connector": self.connector, "status": self.status, "exit_code": self.exit_code,
-            "error": self.error, "started_at": self.started_at, "finished_at": self.finished_at,
+            "error": self.error or (self.first_reason() if self.status == FAILED else None),
+            "started_at": self.started_at, "finished_at": self.finished_at,
             "lanes": [lane.to_dict() for lane in self.lanes], "tasks": [t.to_dict() for t in self.tasks],
             "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(),
         }
