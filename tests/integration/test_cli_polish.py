@@ -180,3 +180,15 @@ def test_with_json_logs_a_usage_error_is_a_json_record_too():
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     record = json.loads(lines[0])
     assert record["level"] == "ERROR" and "pipeline.workers" in record["message"]
+
+
+def test_config_show_says_whether_the_api_base_came_from_the_flag_or_the_environment():
+    def base(*args, **env):
+        rows = json.loads(cli("config", "show", "--json", *args, env={**os.environ, **env}).stdout)
+        return next((r["value"], r["source"]) for r in rows if r["key"] == "FEIQIU_API_BASE")
+
+    env = {k: v for k, v in os.environ.items() if k != "FEIQIU_API_BASE"}
+    assert base("--api-base", "http://x:1", FEIQIU_API_BASE="http://env:1") == ("http://x:1", "flag")
+    assert base(FEIQIU_API_BASE="http://env:1") == ("http://env:1", "environment")
+    rows = json.loads(cli("config", "show", "--json", env=env).stdout)
+    assert next(r["source"] for r in rows if r["key"] == "FEIQIU_API_BASE") == "-"

@@ -39,20 +39,30 @@ def config_show(as_json, verbose, log_format, **p) -> None:
         notes = _unsafe_gaps(cfg, connector, rows) if not p.get("unsafe_gaps") else []
     except (ConfigError, ConnectorError) as exc:
         raise UsageFailure(str(exc)) from None
-    env_source = lambda name: ".env" if name in _dotenv_names() else "environment"  # noqa: E731
+    def source(param: str, env: str, default: str) -> str:
+        """Where a flag's value came from: the command line, the environment (or .env), or nowhere."""
+        from click.core import ParameterSource
+
+        given = click.get_current_context().get_parameter_source(param)
+        if given == ParameterSource.COMMANDLINE:
+            return "flag"
+        if env in os.environ:
+            return ".env" if env in _dotenv_names() else "environment"
+        return default
+
     token = p.get("token")
     rows.append({"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {Secret(token).fingerprint()})" if token
-                 else "not set", "source": env_source("FEIQIU_API_TOKEN") if "FEIQIU_API_TOKEN" in os.environ
-                 else ("flag" if token else "-")})
+                 else "not set", "source": source("token", "FEIQIU_API_TOKEN", "-")})
     rows.append({"key": "FEIQIU_API_BASE", "value": p.get("api_base") or "not set",
-                 "source": env_source("FEIQIU_API_BASE") if "FEIQIU_API_BASE" in os.environ else "flag"})
+                 "source": source("api_base", "FEIQIU_API_BASE", "-")})
     dsn = p.get("dsn")
     rows.append({"key": "ETL_DB_DSN", "value": redact_dsn(dsn) if dsn else "embedded server",
-                 "source": env_source("ETL_DB_DSN") if "ETL_DB_DSN" in os.environ else ("flag" if dsn else "default")})
+                 "source": source("dsn", "ETL_DB_DSN", "default")})
     from feiqiu_etl.db.embedded import etl_home
 
     rows.append({"key": "FEIQIU_ETL_HOME", "value": str(etl_home()),
-                 "source": env_source("FEIQIU_ETL_HOME") if "FEIQIU_ETL_HOME" in os.environ else "default"})
+                 "source": (".env" if "FEIQIU_ETL_HOME" in _dotenv_names() else "environment")
+                 if "FEIQIU_ETL_HOME" in os.environ else "default"})
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False, default=str))
         return
