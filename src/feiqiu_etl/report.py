@@ -294,7 +294,8 @@ def heartbeat_line(snapshot: dict) -> str:
 def task_line(index: int, total: int, run) -> str:
     """One plain line per finished task, for logs (cron, pipes)."""
     r = run.result
-    return (f"[{index}/{total}] {run.task_code} site {run.site_id}: {r.status}, {r.total_requests} requests"
+    return (f"[{index}/{total}] {run.task_code} site {run.site_id}: {r.status}, {r.total_requests} "
+            f"request{'' if r.total_requests == 1 else 's'}"
             f"{f' ({r.rate_limited} rate-limited)' if r.rate_limited else ''}, {r.total_inserted} new, "
             f"{r.total_updated} changed, {r.total_skipped} unchanged, {r.total_deleted} deleted, "
             f"{len(r.errors)} errors, {r.timing.get('total', 0):.1f} s")
