@@ -92,21 +92,6 @@ def _dotenv_names() -> set[str]:
     return set(_root_obj().get("dotenv_names", ()))
 
 
-def _redact_url(url: str) -> str:
-    """``http://user:***@host/…``: the password of a URL's user info masked (``--api-base`` may carry one)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "***"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
     """The command's parameters for the run record: the token never, a DSN without its password."""
     from feiqiu_etl.db.connection import redact_dsn
@@ -118,7 +103,9 @@ def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
         elif key == "dsn" and value:
             out[key] = redact_dsn(value)
         elif key == "api_base" and value:
-            out[key] = _redact_url(value)
+            from feiqiu_etl.api.client import redact_url
+
+            out[key] = redact_url(value)
         elif isinstance(value, tuple):
             out[key] = list(value)
         else:

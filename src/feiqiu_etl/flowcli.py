@@ -105,7 +105,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
     except EmbeddedServerError as exc:
         raise UsageFailure(str(exc)) from None
     try:
-        with on_hard_abort(server.stop):
+        with on_hard_abort(server.stop), _reviving(server):
             try:
                 real_dsn = server.ensure_database(name)
                 if prepare is not None:
@@ -121,12 +121,37 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
         server.stop()
 
 
+_REVIVE: list[Any] = []  # embedded servers this process started, while their commands run
+
+
+@contextlib.contextmanager
+def _reviving(server: Any) -> Iterator[None]:
+    _REVIVE.append(server)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            _REVIVE.remove(server)
+
+
 def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
-    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions."""
+    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions. When a
+    connection fails and an embedded server this process started has died (kill -9), that server is started
+    again first, so ``DatabaseHealth``'s reconnect finds it (the run goes on instead of waiting out
+    ``db.unavailable_limit``)."""
     from feiqiu_etl.db.connection import connect
 
     def open_connection(dsn: str) -> psycopg.Connection:
-        return connect(dsn, connect_timeout=timeout)
+        try:
+            return connect(dsn, connect_timeout=timeout)
+        except psycopg.OperationalError:
+            revived = False
+            for server in list(_REVIVE):
+                with contextlib.suppress(Exception):  # a failed restart is one more failed attempt
+                    revived = server.revive() or revived
+            if not revived:
+                raise
+            return connect(dsn, connect_timeout=timeout)
 
     return open_connection
 

@@ -117,4 +117,9 @@ def test_a_password_in_the_api_base_is_never_recorded_or_shown(pg_dsn):
     with psycopg.connect(pg_dsn) as conn:
         record = conn.execute("SELECT row_to_json(r)::text FROM etl_meta.run r").fetchall()
     assert proc.returncode == 4 and "user:***@127.0.0.1:9" in shown.stdout, shown.stdout[-500:]
-    assert "s3cretpw" not in proc.stdout + proc.stderr + shown.stdout + str(record)
+    shown_elsewhere = [cli(*c, env=env_for("t")) for c in (
+        ("config", "show", "--api-base", "http://user:s3cretpw@127.0.0.1:9"),
+        ("plan", "--api-base", "http://user:s3cretpw@127.0.0.1:9", "--site-id", "1", "--dsn", pg_dsn, "--json"))]
+    assert all(p.returncode == 0 and "user:***@" in p.stdout for p in shown_elsewhere)
+    assert "s3cretpw" not in proc.stdout + proc.stderr + shown.stdout + str(record) + "".join(
+        p.stdout + p.stderr for p in shown_elsewhere)

@@ -182,3 +182,24 @@ def test_an_error_about_a_file_that_is_no_yaml_mapping_does_not_echo_its_lines()
     except ValidationError as exc:
         text = describe(exc, raw)
     assert "secrethash" not in text and "Extra inputs" in text
+
+
+def test_an_invalid_yaml_error_says_where_but_never_quotes_the_file():
+    import pytest
+
+    from feiqiu_etl.plan.fleet import FleetError, load_fleet
+
+    def check(tmp, text):
+        path = tmp / "f.yaml"
+        path.write_text(text)
+        with pytest.raises(FleetError) as info:
+            load_fleet(path)
+        return str(info.value)
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        for text in ("*:*:*:postgres:QcR6UyOdB1UZN_leU\n", "a: 1\nb: [unclosed SECRETLINE_xyz\n"):
+            message = check(Path(d), text)
+            assert "invalid YAML at line" in message and "QcR6" not in message and "SECRETLINE" not in message

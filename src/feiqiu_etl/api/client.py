@@ -232,3 +232,18 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         when = when.replace(tzinfo=timezone.utc)
     delta = when.timestamp() - (now if now is not None else time.time())
     return min(delta, MAX_HINT) if delta > 0 else None
+
+
+def redact_url(url: str) -> str:
+    """``http://user:***@host/…``: the password of a URL's user info masked (``--api-base`` may carry one)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -53,7 +53,9 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     token = p.get("token")
     rows.append({"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {Secret(token).fingerprint()})" if token
                  else "not set", "source": source("token", "FEIQIU_API_TOKEN", "-")})
-    rows.append({"key": "FEIQIU_API_BASE", "value": p.get("api_base") or "not set",
+    from feiqiu_etl.api.client import redact_url
+
+    rows.append({"key": "FEIQIU_API_BASE", "value": redact_url(p["api_base"]) if p.get("api_base") else "not set",
                  "source": source("api_base", "FEIQIU_API_BASE", "-")})
     dsn = p.get("dsn")
     rows.append({"key": "ETL_DB_DSN", "value": redact_dsn(dsn) if dsn else "embedded server",

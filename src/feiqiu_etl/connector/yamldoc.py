@@ -35,8 +35,11 @@ def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
         raise error(f"{path}: cannot read {what}: not UTF-8 text (byte {exc.start})") from None
     except RecursionError:
         raise error(f"{path}: cannot read {what}: nested too deeply") from None
-    except yaml.YAMLError as exc:
-        raise error(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    except yaml.YAMLError as exc:  # the problem and where, never the file's text (it may be a password file)
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise error(f"{path}: invalid YAML{where}: {problem}") from None
 
 
 def describe(exc: ValidationError, raw: Any, *, root: str = "document") -> str:

@@ -40,6 +40,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -504,6 +505,24 @@ class EmbeddedPostgres:
         log.info("embedded PostgreSQL running (data folder %s, socket folder %s)", self.pgdata, self._socket_dir)
         return self
 
+    def revive(self) -> bool:
+        """Start the server again if this object started it and it has died (killed, crashed); True if it
+        did. Called while the database is away, so a run outlives a killed embedded server. Raises
+        :class:`EmbeddedServerError` if it cannot start."""
+        with _REVIVE_LOCK:  # the writer, the run control and the lane guard may all find it gone at once
+            proc = self._process
+            if proc is None or proc.poll() is None:
+                return False
+            self._revive(proc)
+            return True
+
+    def _revive(self, proc: subprocess.Popen) -> None:
+        log.warning("embedded PostgreSQL exited (code %s); starting it again", proc.returncode)
+        with contextlib.suppress(ValueError):
+            _KEEP.remove(proc)
+        self._process, self._pid = None, None
+        self.start()
+
     def stop(self) -> None:
         """Leave the server; stop it when no other live process uses it (and remove a temporary socket
         folder). Safe to call twice."""
@@ -655,6 +674,9 @@ class EmbeddedPostgres:
             _remove_dir(socket_dir) if temporary else None
             raise EmbeddedServerError(f"cannot start the embedded PostgreSQL server: {exc}") from None
         _KEEP.append(self._process)  # never collected while it runs (no ResourceWarning)
+        # Reap it the moment it exits (e.g. kill -9): a zombie keeps its pid alive, and PostgreSQL then refuses
+        # every restart ("lock file postmaster.pid already exists") while this process lives.
+        threading.Thread(target=self._process.wait, name="embedded-pg-reaper", daemon=True).start()
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             running = _postmaster(self.pgdata)
@@ -733,6 +755,7 @@ class EmbeddedPostgres:
 
 
 _KEEP: list[subprocess.Popen] = []
+_REVIVE_LOCK = threading.Lock()
 
 
 def shared_buffers_mb() -> int:

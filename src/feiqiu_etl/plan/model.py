@@ -146,7 +146,10 @@ class LanePlan:
         return sum(t.estimate.seconds for t in self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "key": self.key, "token_env": self.token_source, "api_base": self.api_base,
+        from feiqiu_etl.api.client import redact_url
+
+        return {"name": self.name, "key": self.key, "token_env": self.token_source,
+                "api_base": redact_url(self.api_base),
                 "stores": [{"site_id": s.site_id, "name": s.name} for s in self.stores],
                 "tasks": [t.to_dict() for t in self.tasks],
                 "estimate": {"requests": self.estimate_requests, "seconds": round(self.estimate_seconds, 1)}}
