@@ -49,13 +49,19 @@ _HARD_ABORT: list[Callable[[], None]] = []
 
 
 @contextlib.contextmanager
-def on_hard_abort(fn: Callable[[], None]) -> Iterator[None]:
-    _HARD_ABORT.append(fn)
+def _listed(items: list, item: Any) -> Iterator[None]:
+    """``item`` is in ``items`` while the body runs."""
+    items.append(item)
     try:
         yield
     finally:
         with contextlib.suppress(ValueError):
-            _HARD_ABORT.remove(fn)
+            items.remove(item)
+
+
+def on_hard_abort(fn: Callable[[], None]):
+    """While the body runs, a second signal runs ``fn`` before exiting."""
+    return _listed(_HARD_ABORT, fn)
 
 
 @contextlib.contextmanager
@@ -124,14 +130,8 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
 _REVIVE: list[Any] = []  # embedded servers this process started, while their commands run
 
 
-@contextlib.contextmanager
-def _reviving(server: Any) -> Iterator[None]:
-    _REVIVE.append(server)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            _REVIVE.remove(server)
+def _reviving(server: Any):
+    return _listed(_REVIVE, server)
 
 
 def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
