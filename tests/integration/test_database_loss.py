@@ -78,3 +78,30 @@ def test_a_database_that_stays_away_fails_the_run_with_its_results_so_far(pg_dsn
     assert "database unavailable for more than 3 s" in result.error
     assert 10 <= requests_after < 20  # the lanes paused instead of fetching rows they could not store
     assert result.to_dict()["tasks"]  # the results so far
+
+
+def test_an_embedded_server_killed_mid_run_is_started_again_and_the_run_ends_exact(fresh_home):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from clikit import env_for, finish, run_args, start, wait_for
+
+    with Simulator(sim_config(seed=83)) as sim:
+        args = run_args(sim, "-", "--tasks", "ODS_SETTLEMENT", gaps=(0.05, 0.06))
+        i = args.index("--dsn")
+        del args[i:i + 2]  # the embedded server of the home, started (and revived) by the run itself
+        env = env_for(sim.config.token, FEIQIU_ETL_HOME=str(fresh_home))
+        proc = start(args, env)
+        wait_for(lambda: len(sim.request_log()) >= 15, timeout=60, what="the run's requests")
+        pid = int((fresh_home / "pgdata" / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        code, data, err = finish(proc, timeout=180)
+        want = len(expected_rows(sim, CONNECTOR.task("ODS_SETTLEMENT"), sim.config.site_ids[0]))
+    assert code == 0 and data["status"] == "SUCCESS", err[-1500:]
+    assert "starting it again" in err
+    counted = subprocess.run([sys.executable, "-m", "feiqiu_etl", "sql", "--json",
+                              "SELECT count(*) AS n FROM ods.settlement"], capture_output=True, text=True, env=env)
+    assert json.loads(counted.stdout) == [{"n": want}], counted.stderr
