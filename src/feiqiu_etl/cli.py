@@ -464,9 +464,11 @@ def entry() -> None:
         else:
             exc.show()
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before the command took over
-        click.echo("\ninterrupted", err=True)
-        sys.exit(130)
+    except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before a run took over, or in a command
+        from feiqiu_etl import exitcodes
+
+        click.echo("interrupted: stopped before finishing", err=True)
+        sys.exit(exitcodes.CANCELLED)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
