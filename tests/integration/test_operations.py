@@ -231,3 +231,27 @@ def test_a_lane_held_by_a_session_that_is_no_run_is_named_as_such(pg_dsn):
             refused = cli(*run_args(sim, pg_dsn, "--tasks", "ODS_MEMBER_CARD")[3:], env=env)
     assert refused.returncode == 6, refused.stderr
     assert "no feiqiu-etl run" in refused.stderr and finished not in refused.stderr, refused.stderr
+
+
+def test_a_second_run_on_the_same_token_is_refused_whatever_its_connector_is_called(pg_dsn, tmp_path):
+    from pathlib import Path
+
+    import feiqiu_etl.connector as connector_pkg
+
+    shipped = Path(connector_pkg.__file__).parent
+    text = (shipped / "feiqiu.yaml").read_text(encoding="utf-8")
+    assert "\nname: feiqiu\n" in "\n" + text
+    (tmp_path / "other.yaml").write_text(("\n" + text).replace("\nname: feiqiu\n", "\nname: feiqiu2\n", 1)[1:],
+                                         encoding="utf-8")
+    (tmp_path / "feiqiu.dwd.yaml").write_text((shipped / "feiqiu.dwd.yaml").read_text(encoding="utf-8"),
+                                              encoding="utf-8")
+    with Simulator(sim_config(seed=33)) as sim:
+        env = env_for(sim.config.token)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.15, 0.2)), env)
+        wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
+        second = cli(*run_args(sim, pg_dsn, *SETTLEMENT, "--connector", str(tmp_path / "other.yaml"))[3:], env=env)
+        code, data, err = finish(first)
+        log = sim.request_log()
+    assert second.returncode == 6, second.stderr[-800:]
+    assert code == 0 and data["status"] == "SUCCESS", err
+    assert _overlaps(log) == []

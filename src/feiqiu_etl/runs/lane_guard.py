@@ -29,9 +29,15 @@ log = logging.getLogger("feiqiu_etl.lane_guard")
 POLL = 0.25
 
 
+def token_part(lane_key: str) -> str:
+    """The token fingerprint of a lane key ``connector:fingerprint``."""
+    return lane_key.rsplit(":", 1)[-1]
+
+
 def lock_key(lane_key: str) -> int:
-    """The signed 64-bit advisory-lock key of a lane key."""
-    digest = hashlib.sha256(f"feiqiu-etl lane {lane_key}".encode()).digest()
+    """The signed 64-bit advisory-lock key of a lane key, from its token part only: the upstream bans a token,
+    whatever connector (file, name) sends with it (upstream-api.md §2.2)."""
+    digest = hashlib.sha256(f"feiqiu-etl token {token_part(lane_key)}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
@@ -88,7 +94,7 @@ class LaneGuard:
 
         started = time.monotonic()
         with self._lock:
-            if lane_key in self._held:  # session locks are re-entrant: a second lane on one token must not pass
+            if any(token_part(k) == token_part(lane_key) for k in self._held):  # session locks are re-entrant
                 raise LaneBusy(lane, lane_key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
                                                 "acquired_at": datetime.now(timezone.utc)}, 0.0)
             conn = self._connection()
@@ -114,8 +120,9 @@ class LaneGuard:
         """Who holds the lock: the run recorded for the lane if that run is still RUNNING, else the session
         PostgreSQL shows holding it (e.g. someone took the advisory lock by hand)."""
         row = conn.execute("SELECT l.run_id, l.host, l.pid, l.acquired_at FROM etl_meta.lane_lock l "
-                           "JOIN etl_meta.run r ON r.run_id = l.run_id WHERE l.lane_key = %s AND r.status = 'RUNNING'",
-                           (lane_key,)).fetchone()
+                           "JOIN etl_meta.run r ON r.run_id = l.run_id WHERE substring(l.lane_key from '[^:]*$') = %s "
+                           "AND r.status = 'RUNNING' ORDER BY l.acquired_at DESC LIMIT 1",
+                           (token_part(lane_key),)).fetchone()
         if row:
             return dict(zip(("run_id", "host", "pid", "acquired_at"), row))
         key = lock_key(lane_key) & 0xFFFFFFFFFFFFFFFF  # a bigint key is (classid, objid) = (high, low) 32 bits
