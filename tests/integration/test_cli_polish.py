@@ -192,3 +192,9 @@ def test_config_show_says_whether_the_api_base_came_from_the_flag_or_the_environ
     assert base(FEIQIU_API_BASE="http://env:1") == ("http://env:1", "environment")
     rows = json.loads(cli("config", "show", "--json", env=env).stdout)
     assert next(r["source"] for r in rows if r["key"] == "FEIQIU_API_BASE") == "-"
+
+
+def test_an_empty_run_id_is_refused_by_show_and_cancel(pg_dsn):
+    for command in ("show", "cancel"):
+        proc = cli(command, "", "--dsn", pg_dsn)
+        assert proc.returncode == 2 and "an empty run id" in proc.stderr, (command, proc.stderr)

@@ -78,6 +78,8 @@ def test_fleet_file_errors_name_the_file_the_lane_and_the_field(tmp_path):
         ("lanes:\n  - {name: a, token_env: FQ_A, stores: [{site_id: 1}], pipeline: {rate_minn: 9}}\n", "rate_minn"),
         ("lanes:\n  - {name: a, token_env: FQ_A, stores: [{site_id: 1}], pipeline: {rate_min: -1}}\n",
          "lanes[0] (a).pipeline: "),
+        ("lanes:\n  - {name: a, token_env: FQ_A, stores: [{site_id: 1}], pipeline: {ODS_NOPE.rate_min: 4}}\n",
+         "lanes[0] (a).pipeline: "),
         ("lanes:\n  - {name: a, token_env: FQ_UNSET, stores: [{site_id: 1}]}\n", "FQ_UNSET is not set"),
         # one token under two variable names would drive two lanes at once: the upstream bans the token
         ("lanes:\n  - {name: a, token_env: FQ_A, stores: [{site_id: 1}]}\n  - {name: b, token_env: FQ_A2, stores: [{site_id: 2}]}\n",

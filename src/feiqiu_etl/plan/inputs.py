@@ -226,8 +226,9 @@ def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Con
                 lane_specs = tuple(s for s in connector.select(lane.tasks) if s in specs)
             except KeyError as exc:
                 raise ConfigError(f"{options.fleet_path}: lane {lane.name}: {exc.args[0]}") from None
-        lane_config = config.layered(_lane_keys(lane.pipeline, options.fleet_path, lane.name), f"fleet lane {lane.name}")
         try:
+            lane_config = config.layered(_lane_keys(lane.pipeline, options.fleet_path, lane.name),
+                                         f"fleet lane {lane.name}")
             out.append(_lane(lane.name, Secret(tokens[lane.name]), lane.token_env, base, stores, lane_specs,
                              connector, lane_config, options.unsafe_gaps))
         except ConfigError as exc:
