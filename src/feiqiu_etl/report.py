@@ -404,7 +404,7 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
 
     def cells(r: dict) -> dict[str, Any]:
-        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M") if r.get("started_at") else "-"
+        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M:%S") if r.get("started_at") else "-"
         stores = r.get("stores") or []
         return {"run": r["run_id"], "status": _status(r["status"]), "started (UTC)": started,
                 "took": duration(r.get("duration")),
