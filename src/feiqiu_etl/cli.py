@@ -363,7 +363,7 @@ def _fleet_tokens(path: str) -> tuple[dict, tuple]:
 def sql(ctx, query, dsn, demo, as_json) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
 
-    On the embedded server it logs in as the role feiqiu_reader, which can only read (pg_read_all_data):
+    On the embedded server it logs in as the role feiqiu_reader, which can only read (the database's schemas):
     it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
     role that can run programs or write files on the server (a superuser, pg_execute_server_program,
     pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
@@ -375,6 +375,8 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
+    if not query.strip().rstrip(";").strip():
+        raise UsageFailure("an empty query: give one SQL statement, e.g. \"SELECT count(*) FROM ods.settlement\"")
     if demo:
         if ctx.get_parameter_source("dsn") == click.core.ParameterSource.COMMANDLINE:
             raise UsageFailure("--demo reads the embedded demo database; it does not go with --dsn")
@@ -471,6 +473,9 @@ def entry() -> None:
         sys.exit(exitcodes.CANCELLED)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except BrokenPipeError:  # `feiqiu-etl runs --json | head -1`: quietly, exit 1 (Python's and rich's convention)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         import psycopg
 

@@ -198,3 +198,8 @@ def test_an_empty_run_id_is_refused_by_show_and_cancel(pg_dsn):
     for command in ("show", "cancel"):
         proc = cli(command, "", "--dsn", pg_dsn)
         assert proc.returncode == 2 and "an empty run id" in proc.stderr, (command, proc.stderr)
+
+
+def test_sql_refuses_an_empty_query():
+    proc = cli("sql", "  ; ")
+    assert proc.returncode == 2 and "an empty query" in proc.stderr
