@@ -6,8 +6,8 @@ socket: the kernel allows 107 bytes). Every role logs in with a password (SCRAM-
 line, rewritten at each start); the passwords are random, generated here and kept in ``<home>/pgpass``
 (mode 0600, libpq's passfile format), and the DSNs this module builds name that file (``passfile=``) instead
 of carrying a password, so no DSN, log line, error or ``--json`` output can reveal one. Two roles:
-``postgres`` (superuser, for the ETL) and ``feiqiu_reader`` (``pg_read_all_data``, read-only by default, for
-``feiqiu-etl sql``).
+``postgres`` (superuser, for the ETL) and ``feiqiu_reader`` (SELECT on the database's schemas, read-only by
+default, no advisory locks or NOTIFY, for ``feiqiu-etl sql``: :func:`ensure_reader_role`).
 
 Run as root, the server cannot run as root (PostgreSQL refuses), so it runs as the system account
 ``feiqiu_etl_pg`` (created with ``useradd`` when missing), in its own group only (no supplementary groups,
