@@ -102,6 +102,8 @@ def test_an_embedded_server_killed_mid_run_is_started_again_and_the_run_ends_exa
         want = len(expected_rows(sim, CONNECTOR.task("ODS_SETTLEMENT"), sim.config.site_ids[0]))
     assert code == 0 and data["status"] == "SUCCESS", err[-1500:]
     assert "starting it again" in err
+    # the server it started again was stopped at the end like the first one (no server left running)
+    assert not (fresh_home / "pgdata" / "postmaster.pid").exists()
     counted = subprocess.run([sys.executable, "-m", "feiqiu_etl", "sql", "--json",
                               "SELECT count(*) AS n FROM ods.settlement"], capture_output=True, text=True, env=env)
     assert json.loads(counted.stdout) == [{"n": want}], counted.stderr

@@ -500,7 +500,7 @@ class EmbeddedPostgres:
                 self._join(running)
             else:
                 self._launch(binaries, passwords, new_secret)
-            _write_users(self.pgdata, [*_live_users(self.pgdata), os.getpid()])
+            _write_users(self.pgdata, [*(u for u in _live_users(self.pgdata) if u != os.getpid()), os.getpid()])
         atexit.register(self.stop)
         log.info("embedded PostgreSQL running (data folder %s, socket folder %s)", self.pgdata, self._socket_dir)
         return self
@@ -530,9 +530,7 @@ class EmbeddedPostgres:
             return
         atexit.unregister(self.stop)
         with self._locked():
-            users = _live_users(self.pgdata)
-            with contextlib.suppress(ValueError):
-                users.remove(os.getpid())
+            users = [u for u in _live_users(self.pgdata) if u != os.getpid()]  # once, even if listed twice
             _write_users(self.pgdata, users)
             if not users:
                 self._shutdown()
