@@ -151,6 +151,14 @@ def setup(verbose: int = 0, fmt: str = "text") -> ConsoleHandler:
     return handler
 
 
+def _direct_record(name: str, level: int, message: str) -> logging.LogRecord:
+    """A record written straight to the stderr handler, past the level filter (stamped with the run id)."""
+    record = logging.makeLogRecord({"name": name, "levelno": level, "levelname": logging.getLevelName(level),
+                                    "msg": message, "args": None})
+    RunIdFilter().filter(record)
+    return record
+
+
 def progress_line(text: str, console: Any) -> None:
     """A progress line of an unattended run (a finished task, a heartbeat): plain text on ``console``, or, with
     ``--log-format json``, one JSON record (logger ``feiqiu_etl.progress``, level INFO) on the log stream, so
@@ -159,19 +167,13 @@ def progress_line(text: str, console: Any) -> None:
     if handler is None or not isinstance(handler.formatter, JsonFormatter):
         console.print(text, soft_wrap=True, highlight=False, markup=False)
         return
-    record = logging.makeLogRecord({"name": "feiqiu_etl.progress", "levelno": logging.INFO, "levelname": "INFO",
-                                    "msg": text, "args": None})
-    RunIdFilter().filter(record)
-    handler.emit(record)
+    handler.emit(_direct_record("feiqiu_etl.progress", logging.INFO, text))
 
 
 def error_record(message: str) -> str:
     """A command's one-line error (exit 2 …) as the JSON record ``--log-format json`` prints (level ERROR,
     logger ``feiqiu_etl``)."""
-    record = logging.makeLogRecord({"name": "feiqiu_etl", "levelno": logging.ERROR, "levelname": "ERROR",
-                                    "msg": message, "args": None})
-    RunIdFilter().filter(record)
-    return JsonFormatter().format(record)
+    return JsonFormatter().format(_direct_record("feiqiu_etl", logging.ERROR, message))
 
 
 def attach_console(console: Any | None) -> None:

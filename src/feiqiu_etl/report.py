@@ -68,6 +68,24 @@ _LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/de
            "soft-deleted", "details": "details = fetched/failed/skipped", "rl": "rl = rate-limited answers"}
 
 
+def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
+            left: tuple[str, ...]) -> tuple[Table, list[str]]:
+    """A table of ``rows`` (cells by column name) within ``width`` columns: the ``columns`` that fit, leaving
+    out those named in ``drops`` one by one, in that order, until it fits (or none is left to drop). Cells are
+    never cut; columns named in ``left`` are left-justified, the others right."""
+    probe = Console(width=1000, file=io.StringIO())
+    for drop in (None, *drops):
+        columns = [c for c in columns if c != drop]
+        table = _compact()
+        for col in columns:
+            table.add_column(col, no_wrap=True, justify="left" if col in left else "right")
+        for row in rows:
+            table.add_row(*(row[c] for c in columns))
+        if probe.measure(table).maximum <= width:
+            break
+    return table, columns
+
+
 def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table, str]:
     """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, rl,
     details failed/skipped: the details fetched are in ``rows``) or do not apply (lane, site) are left out;
@@ -81,10 +99,9 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
               *(["details"] if any(t.get("detail_failure") or t.get("detail_skipped") for t in tasks) else []),
               *(["rl"] if any(t.get("rate_limited") for t in tasks) else []), "err", "s"]
 
-    def cells(t: dict, short_names: bool) -> dict[str, Any]:
+    def cells(t: dict) -> dict[str, Any]:
         listed = t["total_fetched"] - t.get("detail_fetched", 0)
-        name = t["task"][4:] if short_names and t["task"].startswith("ODS_") else t["task"]
-        return {"task": name, "lane": lane_of.get(t["site_id"], "-"), "site": sites[t["site_id"]],
+        return {"task": t["task"], "lane": lane_of.get(t["site_id"], "-"), "site": sites[t["site_id"]],
                 "status": _status(t["status"]), "req": str(t["total_requests"]),
                 "rows": f"{listed}/{t.get('detail_fetched', 0)}" if t.get("detail_table") else str(listed),
                 "new": str(t["total_inserted"]), "chg": str(t["total_updated"]), "same": str(t["total_skipped"]),
@@ -93,25 +110,9 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
                 "rl": str(t.get("rate_limited", 0)), "err": str(len(t["errors"])),
                 "s": duration(t["timing"].get("total", 0))}
 
-    def build(columns: list[str], short_names: bool) -> Table:
-        table = _compact()
-        for col in columns:
-            table.add_column(col, no_wrap=True, justify="left" if col in ("task", "lane", "site", "status")
-                             else "right")
-        for t in tasks:
-            row = cells(t, short_names)
-            table.add_row(*(row[c] for c in columns))
-        return table
-
-    probe = Console(width=1000, file=io.StringIO())
-    variants, columns = [(wanted, False)], wanted
-    for drop in ("rl", "details", "lane", "del", "same"):  # least missed first; `show` has them all
-        columns = [c for c in columns if c != drop]
-        variants.append((columns, False))  # task names stay whole: people copy them into --tasks
-    for columns, short in variants:
-        table = build(columns, short)
-        if probe.measure(table).maximum <= width:
-            break
+    # least missed first; `show` has them all; task names stay whole: people copy them into --tasks
+    table, columns = _fitted([cells(t) for t in tasks], wanted, ("rl", "details", "lane", "del", "same"), width,
+                             left=("task", "lane", "site", "status"))
     shown = set(columns)
     legend = "; ".join(text for key, text in _LEGEND.items() if key in shown)
     if "same" not in shown:
@@ -412,23 +413,9 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
                 "tasks": str(len(r.get("tasks") or [])), "rows": _n(r.get("rows_written")),
                 "req": _n(r.get("requests")), "rej": _n(r.get("rejections")), "err": _n(r.get("errors"))}
 
-    def build(columns: list[str]) -> Table:
-        t = _compact()
-        for col in columns:
-            t.add_column(col, no_wrap=True, justify="right" if col in ("rows", "req", "rej", "err") else "left")
-        for r in rows:
-            row = cells(r)
-            t.add_row(*(row[c] for c in columns))
-        return t
-
     columns = ["run", "status", "started (UTC)", "took", "stores", "tasks", "rows", "req", "rej", "err"]
-    probe = Console(width=1000, file=io.StringIO())
-    t = build(columns)
-    for drop in ("rej", "err", "tasks", "stores"):
-        if probe.measure(t).maximum <= console.width:
-            break
-        columns = [c for c in columns if c != drop]
-        t = build(columns)
+    t, _ = _fitted([cells(r) for r in rows], columns, ("rej", "err", "tasks", "stores"), console.width,
+                   left=("run", "status", "started (UTC)", "took", "stores", "tasks"))
     console.print(t)
     if not rows:
         console.print("no runs recorded yet", style="dim")

@@ -513,15 +513,12 @@ class EmbeddedPostgres:
             proc = self._process
             if proc is None or proc.poll() is None:
                 return False
-            self._revive(proc)
+            log.warning("embedded PostgreSQL exited (code %s); starting it again", proc.returncode)
+            with contextlib.suppress(ValueError):
+                _KEEP.remove(proc)
+            self._process, self._pid = None, None
+            self.start()
             return True
-
-    def _revive(self, proc: subprocess.Popen) -> None:
-        log.warning("embedded PostgreSQL exited (code %s); starting it again", proc.returncode)
-        with contextlib.suppress(ValueError):
-            _KEEP.remove(proc)
-        self._process, self._pid = None, None
-        self.start()
 
     def stop(self) -> None:
         """Leave the server; stop it when no other live process uses it (and remove a temporary socket

@@ -160,12 +160,11 @@ class RunControl:
                 if any(n.payload == self._run_id for n in notes) and not self._token.is_cancelled:
                     # Only a recorded request cancels: any role that can connect can NOTIFY, but only
                     # `feiqiu-etl cancel` and the web page (which write etl_meta.run) set the flag.
-                    row = conn.execute("SELECT cancel_requested_at, cancel_requested_by FROM etl_meta.run "
-                                       "WHERE run_id = %s", (self._run_id,)).fetchone()
-                    if row is None or row[0] is None:
+                    requested_at, by = registry.cancel_request(conn, self._run_id)
+                    if requested_at is None:
                         log.warning("ignored a cancel notification with no recorded cancel request")
                         continue
-                    self._cancel(f"cancel requested by {row[1] or 'another process'}")
+                    self._cancel(f"cancel requested by {by or 'another process'}")
                     return
         except psycopg.Error:
             self._close()

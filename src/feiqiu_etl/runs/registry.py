@@ -73,6 +73,13 @@ def heartbeat(conn: psycopg.Connection, run_id: str, live: dict | None) -> tuple
     return (row[0], row[1]) if row else (None, None)
 
 
+def cancel_request(conn: psycopg.Connection, run_id: str) -> tuple[datetime | None, str | None]:
+    """``(cancel_requested_at, cancel_requested_by)`` of a run, ``(None, None)`` when none was recorded."""
+    row = conn.execute("SELECT cancel_requested_at, cancel_requested_by FROM etl_meta.run WHERE run_id = %s",
+                       (run_id,)).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
 def finish_run(conn: psycopg.Connection, run_id: str, *, status: str, exit_code: int, summary: dict | None,
                error: str | None = None, rows_written: int = 0, requests: int = 0, rejections: int = 0,
                errors: int = 0) -> None:
