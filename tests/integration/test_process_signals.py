@@ -166,7 +166,17 @@ def test_a_signal_while_the_cli_is_still_importing_ends_in_one_line(sig, delay):
     dsn = f"postgresql://x@127.0.0.1:{silent.getsockname()[1]}/x?connect_timeout=20"
     proc = subprocess.Popen([sys.executable, "-m", "feiqiu_etl", "runs", "--dsn", dsn],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
+    def caught() -> bool:  # our launcher has installed its handlers (before that the OS default would kill it)
+        try:
+            mask = next(line for line in open(f"/proc/{proc.pid}/status") if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            return False
+        return bool(int(mask.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+    deadline = time.monotonic() + 20
+    while not caught() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(delay - 0.15)  # 0: still importing; 0.45 s later: imported, no run handler yet
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     silent.close()
