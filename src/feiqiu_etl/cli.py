@@ -18,6 +18,7 @@ import click
 
 from feiqiu_etl import logs
 from feiqiu_etl.config.app_config import ConfigError, load_env_file
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.flowcli import UsageFailure, database
 
 MAX_TIMEOUT = 30 * 86400.0
@@ -398,7 +399,7 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
                 columns = [d.name for d in cur.description or []]
                 rows = cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
-            raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
+            raise UsageFailure(scrub(one_line(exc, None, with_type=False), real_dsn)) from None
     if as_json:
         click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
         return
@@ -482,7 +483,7 @@ def entry() -> None:
         from feiqiu_etl import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
-        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        text = one_line(exc, 400, with_type=False)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):

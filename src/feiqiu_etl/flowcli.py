@@ -22,6 +22,7 @@ import psycopg
 from feiqiu_etl.config.app_config import ConfigError
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.db.health import DatabaseUnavailable
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
 
@@ -121,7 +122,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
             except EmbeddedServerError as exc:
                 raise UsageFailure(str(exc)) from None
             except psycopg.Error as exc:
-                raise UsageFailure(f"embedded PostgreSQL: {' '.join(str(exc).split())}") from None
+                raise UsageFailure(f"embedded PostgreSQL: {one_line(exc, None, with_type=False)}") from None
             yield real_dsn
     finally:
         server.stop()
@@ -178,7 +179,7 @@ def check_database(dsn: str, token: CancellationToken | None = None, timeout: fl
             raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
     error = outcome.get("error")
     if error is not None:
-        reason = scrub(" ".join(str(error).split()) or error.__class__.__name__, dsn)
+        reason = scrub(one_line(error, None, with_type=False), dsn)
         raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}")
     version = outcome.get("version", 0)
     if version < 130000:
@@ -245,7 +246,7 @@ def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE
 def _one_line(exc: BaseException, dsn: str) -> str:
     from feiqiu_etl.db.connection import scrub
 
-    return scrub(" ".join(str(exc).split())[:300] or exc.__class__.__name__, dsn)
+    return scrub(one_line(exc, with_type=False), dsn)
 
 
 def execute_in_process(options, dsn: str, token: CancellationToken | None = None, *, command: str = "run",

@@ -14,6 +14,7 @@ import psycopg
 
 from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.config.app_config import AppConfig
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
 from feiqiu_etl.runs import registry
 
@@ -47,7 +48,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
         except psycopg.Error as exc:
             from feiqiu_etl.db.connection import scrub
 
-            raise UsageFailure(f"database error: {scrub(' '.join(str(exc).split()), real_dsn)}") from None
+            raise UsageFailure(f"database error: {scrub(one_line(exc, None, with_type=False), real_dsn)}") from None
 
 
 def _echo_json(data) -> None:

@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, TypeVar
 
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
 from feiqiu_etl.pipeline.errors import Cancelled, LaneBackoff, LaneTripped
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter
@@ -461,8 +462,7 @@ def _outcome(error: BaseException | None) -> str:
 def _detail(error: BaseException | None) -> str | None:
     if error is None or isinstance(error, Cancelled):
         return None
-    text = " ".join(str(error).split())[:200]
-    return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
+    return one_line(error, 200)
 
 
 class _RequestThread:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.logs import TASK_LOGGER, ContextFilter
 from feiqiu_etl.pipeline.log_buffer import TaskLogBuffer
 from feiqiu_etl.pipeline.models import PipelineResult
@@ -46,7 +47,7 @@ class TaskExecutor:
             try:
                 run = ods.execute()
             except Exception as exc:  # noqa: BLE001 - one task's crash is that task's failure
-                logger.error("task failed: %s", _one_line(exc))
+                logger.error("task failed: %s", one_line(exc))
                 logger.debug("task traceback", exc_info=True)
                 run = self._crashed(task, exc)
             r = run.result
@@ -65,12 +66,7 @@ class TaskExecutor:
         spec = task.spec
         result = PipelineResult(status="FAILED")
         result.processing_failures = 1
-        result.errors.append({"stage": "task", "error": _one_line(exc)})
+        result.errors.append({"stage": "task", "error": one_line(exc)})
         run = TaskRun(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,
                       lane=self.lane_name, first_load=task.first_load)
         return run
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

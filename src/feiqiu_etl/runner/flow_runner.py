@@ -23,6 +23,7 @@ from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.db.connection import connect as db_connect
 from feiqiu_etl.db.health import DatabaseHealth, DatabaseUnavailable
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
@@ -155,7 +156,7 @@ class FlowRunner:
                 lane.refuse(str(busy), busy=True)
                 continue
             except Exception as exc:  # noqa: BLE001 - Cancelled while waiting, or the database went away
-                reason = "cancelled while waiting for the lane" if self.token.is_cancelled else _one_line(exc)
+                reason = "cancelled while waiting for the lane" if self.token.is_cancelled else one_line(exc)
                 lane.refuse(reason)
                 continue
             out.append(lane)
@@ -194,8 +195,8 @@ class FlowRunner:
             self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
-            log.error("DWD load failed: %s", _one_line(exc))
-            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": _one_line(exc)}],
+            log.error("DWD load failed: %s", one_line(exc))
+            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": one_line(exc)}],
                     "succeeded": 0, "failed": 0}
         out = summary.to_dict()
         out["status"] = summary.status
@@ -218,7 +219,7 @@ class FlowRunner:
                                                              if k != "rows_unchanged"}))
         except (psycopg.Error, DatabaseUnavailable) as exc:
             log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
-                      _one_line(exc))
+                      one_line(exc))
 
     # ------------------------------------------------------------------------------------------------ logs
     def _store_entry(self, item: dict) -> None:
@@ -265,7 +266,3 @@ def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]
     step = len(series) / (limit - 1)
     return [series[int(i * step)] for i in range(limit - 1)] + [series[-1]]
 
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

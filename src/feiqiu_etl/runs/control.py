@@ -20,6 +20,7 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.lane_guard import LaneGuard
@@ -105,7 +106,7 @@ class RunControl:
             except psycopg.Error as exc:
                 self._failed += 1
                 if self._failed in (1, 10) or self._failed % 60 == 0:
-                    log.warning("run control: the database is not answering (%s); retrying", _one_line(exc))
+                    log.warning("run control: the database is not answering (%s); retrying", one_line(exc, 200, with_type=False))
                 self._close()
             if self._guard is not None:
                 lost = self._guard.check()
@@ -119,7 +120,7 @@ class RunControl:
         try:
             live = self._snapshot()
         except Exception as exc:  # noqa: BLE001 - a broken snapshot must not stop the heartbeat
-            live = {"error": f"snapshot failed: {_one_line(exc)}"}
+            live = {"error": f"snapshot failed: {one_line(exc, 200, with_type=False)}"}
         requested_at, by = registry.heartbeat(conn, self._run_id, live)
         self._beats += 1
         self._last_beat = time.monotonic()
@@ -193,7 +194,3 @@ class RunControl:
     def statistics(self) -> ControlStatistics:
         age = time.monotonic() - self._last_beat if self._last_beat is not None else None
         return ControlStatistics(self._beats, self._failed, self._logged, self._cancel_source, age)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or exc.__class__.__name__

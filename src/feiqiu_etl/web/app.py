@@ -40,6 +40,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn, scrub
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.runs import registry
 from feiqiu_etl.web import queries
 from feiqiu_etl.web.format import FILTERS
@@ -302,8 +303,7 @@ def create_app(settings: WebSettings) -> Starlette:
         return page(request, "error.html", 400, title="Bad request", message=str(exc))
 
     async def database_error(request: Request, exc: Exception) -> Response:
-        message = "database unavailable: " + scrub(" ".join(str(exc).split())[:300] or exc.__class__.__name__,
-                                                   settings.dsn)
+        message = "database unavailable: " + scrub(one_line(exc, with_type=False), settings.dsn)
         if request.url.path.startswith("/api/"):
             return _json({"error": message}, 503)
         return page(request, "error.html", 503, title="Database unavailable", message=message)

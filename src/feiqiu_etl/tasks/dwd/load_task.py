@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from feiqiu_etl.db.connection import connect
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.tasks.dwd.facts import load_fact
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.quarantine import QuarantinedRow, held
@@ -105,11 +106,6 @@ class DwdSummary:
                 "quarantined": self.quarantined}
 
 
-def _one_line(exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 class DwdLoadTask:
     """Load the DWD tables of ``mapping`` from the ODS tables of the database at ``dsn``.
 
@@ -191,9 +187,9 @@ class DwdLoadTask:
             counts, quarantined, rows = self._load_one(table, now)
         except Exception as exc:  # one table's failure must not stop the others (Property 11)
             seconds = time.perf_counter() - start
-            self.log.error("DWD %s failed after %.2fs: %s", table.target, seconds, _one_line(exc))
+            self.log.error("DWD %s failed after %.2fs: %s", table.target, seconds, one_line(exc))
             self.log.debug("DWD %s traceback", table.target, exc_info=True)
-            return DwdTableResult(table.name, table.kind, seconds=seconds, error=_one_line(exc))
+            return DwdTableResult(table.name, table.kind, seconds=seconds, error=one_line(exc))
         seconds = time.perf_counter() - start
         self.log.info("DWD %s: inserted %d, updated %d, closed %d in %.2fs", table.target, counts.inserted,
                       counts.updated, counts.closed, seconds)

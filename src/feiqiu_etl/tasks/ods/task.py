@@ -20,6 +20,7 @@ from typing import Any, Callable, Hashable, Iterator
 import psycopg
 
 from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
 from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
@@ -285,7 +286,7 @@ class BaseOdsTask:
         if not request.is_detail or self.spec.detail is None:
             return None
         gone = not getattr(exc, "counts_as_failure", True)
-        text = " ".join(str(exc).split())[:300] or exc.__class__.__name__
+        text = one_line(exc, with_type=False)
         if gone:
             self.logger.info("detail of %s %s no longer exists upstream (40401): recorded, no longer owed",
                              self.spec.detail.id_column, request.context["parent_key"])
