@@ -55,9 +55,9 @@ def eta_errors(sim: Simulator, dsn: str) -> dict:
 
     def sample() -> None:
         while not done.wait(0.25):
-            snap = runner.snapshot()
-            if snap["phase"] == "ods":
-                samples.append((time.monotonic(), snap["eta_s"]))
+            snap = runner.statistics()
+            if snap.phase == "ods":
+                samples.append((time.monotonic(), snap.eta_s))
 
     thread = threading.Thread(target=sample, daemon=True)
     started = time.monotonic()

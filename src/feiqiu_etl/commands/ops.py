@@ -150,7 +150,7 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         from rich.console import Console, Group
         from rich.live import Live
 
-        from feiqiu_etl.report import progress_view
+        from feiqiu_etl.report import progress_view, recorded_live
 
         watched: list[str] = []
         seen_any = False
@@ -166,7 +166,8 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
                     seen_any = seen_any or bool(current)
                     if not current:
                         break
-                    live.update(Group(*[progress_view(r["live"]) for r in current if r.get("live")]))
+                    shown = [recorded_live(r.get("live")) for r in current]
+                    live.update(Group(*[progress_view(s) for s in shown if s is not None]))
                     time.sleep(1)
             except KeyboardInterrupt:
                 seen_any = False

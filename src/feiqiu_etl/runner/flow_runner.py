@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 import psycopg
 
@@ -32,7 +32,8 @@ from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.control import RunControl
 from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
-from feiqiu_etl.tasks.ods.task import ApiConventions
+from feiqiu_etl.statistics import RunStatistics
+from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
 log = logging.getLogger("feiqiu_etl.run")
 
@@ -84,12 +85,11 @@ class FlowRunner:
         self.result = RunResult(self.run_id, plan.connector.name)
         self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit, cancel_event=self.token.event,
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
-        runtime = LaneRuntime(dsn=dsn, run_id=self.run_id, token=self.token, rules=envelope_rules(plan.connector),
-                              conventions=ApiConventions.of(plan.connector),
-                              detail_max_attempts=plan.detail_max_attempts, store_log=self._store_block,
-                              store_request=self._store_request,
-                              client_factory=client_factory, connect=self._connect, abortable=abortable,
-                              health=self.health)
+        tasks = TaskContext(dsn, self.run_id, self.token, conventions=ApiConventions.of(plan.connector),
+                            detail_max_attempts=plan.detail_max_attempts, abortable=abortable, connect=self._connect,
+                            health=self.health)
+        runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
+                              store_request=self._store_request, client_factory=client_factory)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
         self.control: RunControl | None = None
@@ -114,7 +114,7 @@ class FlowRunner:
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect)
-        self.control = RunControl(self.dsn, self.run_id, self.token, snapshot=self.snapshot, connect=self._connect,
+        self.control = RunControl(self.dsn, self.run_id, self.token, live=self.statistics, connect=self._connect,
                                   interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost).start()
         try:
             log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
@@ -127,6 +127,7 @@ class FlowRunner:
                 t.start()
             for t in threads:
                 while t.is_alive():
+                    self._sample()
                     t.join(0.2)
             if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
                 log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
@@ -236,24 +237,29 @@ class FlowRunner:
                                     lane=lane, site_id=site_id, task=task))
 
     # ------------------------------------------------------------------------------------------------ status
-    def snapshot(self) -> dict[str, Any]:
-        """Live status of the run (published about once a second; also drives the progress display)."""
-        lanes = [lane.snapshot() for lane in self.lanes]
-        done = sum(lane["tasks_done"] for lane in lanes)
-        elapsed = time.monotonic() - self._t0
-        rows = sum(lane["rows_written"] for lane in lanes)
+    def _sample(self) -> None:
+        """The run's own clock (its loop while the lanes run, about 5 times a second): each lane records its
+        rows for rows/s, and the run its rows-over-time series (at most once a second) for the timeline."""
+        now = time.monotonic()
+        for lane in self.lanes:
+            lane.sample(now)
+        elapsed = now - self._t0
         with self._lock:
             if not self._series or elapsed - self._series[-1][0] >= 1.0:
-                self._series.append([round(elapsed, 2), rows])
-        return {
-            "run_id": self.run_id, "phase": self._phase, "cancelling": self.token.is_cancelled,
-            "tasks_done": done, "tasks": self.plan.task_count, "lanes": lanes,
-            "elapsed_s": round(elapsed, 1), "rows_written": rows,
-            "rows_per_s": round(sum(lane["rows_per_s"] for lane in lanes), 1),
-            "requests_sent": sum(lane["requests_sent"] for lane in lanes),
-            "requests_remaining": sum(lane["requests_remaining"] for lane in lanes),
-            "eta_s": max((lane["eta_s"] for lane in lanes), default=0.0),
-        }
+                self._series.append([round(elapsed, 2), sum(lane.rows_written() for lane in self.lanes)])
+
+    def statistics(self) -> RunStatistics:
+        """Live status of the run (published about once a second; also drives the progress display). A read:
+        it changes nothing, whoever calls it and however often."""
+        lanes = tuple(lane.statistics() for lane in self.lanes)
+        return RunStatistics(
+            run_id=self.run_id, phase=self._phase, cancelling=self.token.is_cancelled,
+            tasks_done=sum(lane.tasks_done for lane in lanes), tasks=self.plan.task_count, lanes=lanes,
+            elapsed_s=round(time.monotonic() - self._t0, 1), rows_written=sum(lane.rows_written for lane in lanes),
+            rows_per_s=round(sum(lane.rows_per_s for lane in lanes), 1),
+            requests_sent=sum(lane.requests_sent for lane in lanes),
+            requests_remaining=sum(lane.requests_remaining for lane in lanes),
+            eta_s=max((lane.eta_s for lane in lanes), default=0.0))
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]

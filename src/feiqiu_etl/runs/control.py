@@ -24,6 +24,7 @@ from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.lane_guard import LaneGuard
+from feiqiu_etl.statistics import RunStatistics
 
 log = logging.getLogger("feiqiu_etl.control")
 
@@ -40,17 +41,17 @@ class ControlStatistics:
 class RunControl:
     """Heartbeat, live status, stored log and remote cancel of one run (see module docstring).
 
-    ``snapshot()`` returns the live status dict; ``guard`` (optional) is checked each beat and
-    ``on_lane_lost(names)`` is told of lanes whose lock was lost.
+    ``live()`` returns the run's :class:`~feiqiu_etl.statistics.RunStatistics` (published as its JSON);
+    ``guard`` (optional) is checked each beat and ``on_lane_lost(names)`` is told of lanes whose lock was lost.
     """
 
-    def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, snapshot: Callable[[], dict],
+    def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, live: Callable[[], RunStatistics],
                  connect: Callable[[str], psycopg.Connection], interval: float = 1.0,
                  guard: LaneGuard | None = None, on_lane_lost: Callable[[list[str]], None] | None = None):
         self._dsn = dsn
         self._run_id = run_id
         self._token = token
-        self._snapshot = snapshot
+        self._live = live
         self._connect = connect
         self._interval = interval
         self._guard = guard
@@ -118,7 +119,7 @@ class RunControl:
 
     def _beat(self, conn: psycopg.Connection) -> None:
         try:
-            live = self._snapshot()
+            live = self._live().to_dict()
         except Exception as exc:  # noqa: BLE001 - a broken snapshot must not stop the heartbeat
             live = {"error": f"snapshot failed: {one_line(exc, 200, with_type=False)}"}
         requested_at, by = registry.heartbeat(conn, self._run_id, live)

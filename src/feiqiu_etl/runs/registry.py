@@ -20,7 +20,7 @@ import os
 import socket
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import psycopg
 from psycopg.rows import dict_row
@@ -63,12 +63,14 @@ def start_run(conn: psycopg.Connection, run_id: str, *, command: str, args: dict
     conn.commit()
 
 
-def heartbeat(conn: psycopg.Connection, run_id: str, live: dict | None) -> tuple[datetime | None, str | None]:
-    """Publish the heartbeat and the live snapshot; return ``(cancel_requested_at, cancel_requested_by)``."""
+def heartbeat(conn: psycopg.Connection, run_id: str, live: Mapping[str, Any] | None) -> tuple[datetime | None,
+                                                                                            str | None]:
+    """Publish the heartbeat and the live snapshot (``RunStatistics.to_dict()``, or ``{"error": …}`` when it
+    could not be built); return ``(cancel_requested_at, cancel_requested_by)``."""
     row = conn.execute(
         "UPDATE etl_meta.run SET heartbeat_at = now(), live = %s WHERE run_id = %s "
         "RETURNING cancel_requested_at, cancel_requested_by",
-        (Jsonb(live) if live is not None else None, run_id)).fetchone()
+        (Jsonb(dict(live)) if live is not None else None, run_id)).fetchone()
     conn.commit()
     return (row[0], row[1]) if row else (None, None)
 
