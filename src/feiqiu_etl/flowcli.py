@@ -212,7 +212,8 @@ def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE
                  args: dict | None = None, progress: bool = True, abortable: bool = True):
     """Validate, start the database if needed, plan, and run with signal handling and ``--timeout``.
     Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
-    from feiqiu_etl.runner import FlowRunner
+    from feiqiu_etl.runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.runs.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.config.number("db.connect_timeout", float)
@@ -227,10 +228,11 @@ def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE
                 with connect(real_dsn) as conn:
                     plan = plan_run(inputs, conn, now=options.now)
             except psycopg.Error as exc:
-                raise UsageFailure(f"cannot prepare the database: {_one_line(exc, real_dsn)}") from None
-            runner = FlowRunner(plan, real_dsn, cancel_token=token, command=command, args=args or {},
-                                connect=connect, heartbeat=inputs.config.number("run.heartbeat_seconds", float),
-                                abortable=abortable)
+                raise UsageFailure(f"cannot prepare the database: {_db_error(exc, real_dsn)}") from None
+            wiring = RunnerWiring(connect, heartbeat=inputs.config.number("run.heartbeat_seconds", float),
+                                  abortable=abortable)
+            runner = FlowRunner(plan, real_dsn, invocation=Invocation(command=command, args=args or {}),
+                                cancel_token=token, wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.config.number("progress.heartbeat_seconds", float)
@@ -238,12 +240,13 @@ def execute_flow(options, dsn: str | None, database_name: str = DEFAULT_DATABASE
                 with live_progress(runner, enabled=progress, heartbeat=heartbeat):
                     return runner.run()
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                raise DatabaseLost(f"database unavailable: {_one_line(exc, real_dsn)}") from None
+                raise DatabaseLost(f"database unavailable: {_db_error(exc, real_dsn)}") from None
     finally:
         token.dispose()
 
 
-def _one_line(exc: BaseException, dsn: str) -> str:
+def _db_error(exc: BaseException, dsn: str) -> str:
+    """The database error on one line, the DSN's password scrubbed."""
     from feiqiu_etl.db.connection import scrub
 
     return scrub(one_line(exc, with_type=False), dsn)
@@ -254,7 +257,8 @@ def execute_in_process(options, dsn: str, token: CancellationToken | None = None
     """Run in this process against an existing database (no signal handling, no progress display, no embedded
     server): what tests and orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration
     or an unreachable database; returns the :class:`~feiqiu_etl.runner.RunResult`."""
-    from feiqiu_etl.runner import FlowRunner
+    from feiqiu_etl.runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.runs.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.config.number("db.connect_timeout", float)
@@ -263,7 +267,8 @@ def execute_in_process(options, dsn: str, token: CancellationToken | None = None
     with connect(dsn) as conn:
         plan = plan_run(inputs, conn, now=options.now)
     kw = {"client_factory": client_factory} if client_factory is not None else {}
-    runner = FlowRunner(plan, dsn, cancel_token=token, command=command, args=args or {}, connect=connect,
-                        heartbeat=heartbeat or inputs.config.number("run.heartbeat_seconds", float),
-                        abortable=abortable, **kw)
+    wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.config.number("run.heartbeat_seconds", float),
+                          abortable=abortable, **kw)
+    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancel_token=token,
+                        wiring=wiring)
     return runner.run()

@@ -22,7 +22,7 @@ import pytest
 dg = pytest.importorskip("dagster")
 
 from feiqiu_etl.connector.windows import fmt  # noqa: E402
-from feiqiu_etl.dagster import DWD_KEY, build_definitions, lane_key, pool_name  # noqa: E402
+from feiqiu_etl.dagster import DWD_KEY, FleetSettings, build_definitions, lane_key, pool_name  # noqa: E402
 from feiqiu_etl.plan.fleet import load_fleet  # noqa: E402
 from feiqiu_etl.simulator import Simulator  # noqa: E402
 from flowkit import (ANCHOR, FAST, dwd_exact, fleet_file, lane_violations, sim_config,  # noqa: E402
@@ -75,8 +75,8 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH + (FORBIDDEN,)), "south": ("FQ_SOUTH", SOUTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)
     with _sim(71, sites) as sim, dg.DagsterInstance.from_config(str(home)) as instance:
-        defs = build_definitions(fleet, dsn=pg_dsn, api_base=sim.base_url, overrides=FAST, unsafe_gaps=True,
-                                 run_options=_window(sim.config.days), environ=TOKENS)
+        defs = build_definitions(FleetSettings(fleet, dsn=pg_dsn, api_base=sim.base_url, overrides=FAST,
+                                               unsafe_gaps=True, run_options=_window(sim.config.days), environ=TOKENS))
         north_key, south_key = dg.AssetKey(["feiqiu", "ods", "north"]), dg.AssetKey(["feiqiu", "ods", "south"])
         pools = {k: defs.resolve_assets_def(k).op.pool for k in (north_key, south_key)}
         assert pools == {north_key: pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS),
@@ -133,15 +133,15 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
 # ---------------------------------------------------------------------------------------- across processes
 DEFS_FILE = """
 import os, pathlib, time
-from feiqiu_etl.dagster import build_definitions
+from feiqiu_etl.dagster import FleetSettings, build_definitions
 
 gate = pathlib.Path({gate!r})  # start barrier: every process has imported Dagster before any run begins
 (gate / f"ready-{{os.getpid()}}").touch()
 deadline = time.monotonic() + 120
 while not (gate / "go").exists() and time.monotonic() < deadline:
     time.sleep(0.02)
-defs = build_definitions({fleet!r}, dsn={dsn!r}, api_base={base!r}, overrides={overrides!r}, unsafe_gaps=True,
-                         run_options={run_options!r}, wait_for_lane={wait!r})
+defs = build_definitions(FleetSettings({fleet!r}, dsn={dsn!r}, api_base={base!r}, overrides={overrides!r},
+                                       unsafe_gaps=True, run_options={run_options!r}, wait_for_lane={wait!r}))
 """
 
 
@@ -286,7 +286,8 @@ def test_bad_fleet_files_and_options_are_one_line_errors(tmp_path):
     with pytest.raises(FleetDefinitionsError, match="clash"):
         build_definitions(good)
     with pytest.raises(FleetDefinitionsError, match="'stores'"):
-        build_definitions(fleet_file(tmp_path / "h.yaml", {"a": ("FQ_A", (1,))}), run_options={"stores": [1]})
+        build_definitions(FleetSettings(fleet_file(tmp_path / "h.yaml", {"a": ("FQ_A", (1,))}),
+                                        run_options={"stores": [1]}))
 
 
 def _mid_lane(tmp_path: Path, home: Path, fleet: str, dsn: str, sim: Simulator, **kw) -> subprocess.Popen:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -31,6 +31,7 @@ from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
 from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.control import RunControl
+from feiqiu_etl.runs.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
 from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
@@ -38,8 +39,17 @@ from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 log = logging.getLogger("feiqiu_etl.run")
 
 
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+@dataclass(frozen=True)
+class RunnerWiring:
+    """How a runner reaches the outside: ``connect`` opens a database connection (None: Asia/Shanghai sessions,
+    :func:`feiqiu_etl.db.connection.connect`), ``client_factory`` builds each lane's API client,
+    ``heartbeat`` is the seconds between heartbeats (live status, cancel check), ``abortable`` lets a cancel
+    abort the request in flight."""
+
+    connect: Callable[[str], psycopg.Connection] | None = None
+    client_factory: Callable[..., APIClient] = APIClient
+    heartbeat: float = 1.0
+    abortable: bool = True
 
 
 def envelope_rules(connector: Connector) -> EnvelopeRules:
@@ -65,31 +75,28 @@ class FlowRunner:
     """One run of a plan. ``run()`` returns the :class:`RunResult`; it never raises for a task, store or
     lane failure (those are in the result), only for programming errors.
 
-    ``command``/``args`` describe the invocation for the run record (already redacted); ``connect`` opens a
-    database connection (default: Asia/Shanghai sessions with the configured connect timeout).
+    ``invocation`` is what the run record says of how it was started (a new run id, command ``run``, no
+    arguments by default; arguments already redacted); ``cancel_token`` cancels it (default: its own);
+    ``wiring`` how it reaches the database, the API and the heartbeat.
     """
 
-    def __init__(self, plan: RunPlan, dsn: str, *, run_id: str | None = None,
-                 cancel_token: CancellationToken | None = None, command: str = "run", args: dict | None = None,
-                 connect: Callable[[str], psycopg.Connection] | None = None,
-                 client_factory: Callable[..., APIClient] = APIClient, heartbeat: float = 1.0,
-                 abortable: bool = True):
+    def __init__(self, plan: RunPlan, dsn: str, *, invocation: Invocation | None = None,
+                 cancel_token: CancellationToken | None = None, wiring: RunnerWiring = RunnerWiring()):
         self.plan = plan
         self.dsn = dsn
-        self.run_id = run_id or new_run_id()
+        self.invocation = invocation or Invocation()
+        self.run_id = self.invocation.run_id
         self.token = cancel_token or CancellationToken()
-        self.command = command
-        self.args = args or {}
-        self._connect = connect or db_connect
-        self.heartbeat = heartbeat
+        self._connect = wiring.connect or db_connect
+        self.heartbeat = wiring.heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
         self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit, cancel_event=self.token.event,
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         tasks = TaskContext(dsn, self.run_id, self.token, conventions=ApiConventions.of(plan.connector),
-                            detail_max_attempts=plan.detail_max_attempts, abortable=abortable, connect=self._connect,
-                            health=self.health)
+                            detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
+                            connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
-                              store_request=self._store_request, client_factory=client_factory)
+                              store_request=self._store_request, client_factory=wiring.client_factory)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
         self.control: RunControl | None = None
@@ -108,8 +115,8 @@ class FlowRunner:
         plan = self.plan
         with self.health.slot() as slot:
             slot.run(lambda conn: registry.start_run(
-                conn, self.run_id, command=self.command, args=self.args, config=plan.settings,
-                lanes=[lane.key for lane in plan.lanes], stores=plan.stores, tasks=plan.task_codes, started_at=started))
+                conn, self.invocation, config=plan.settings, lanes=[lane.key for lane in plan.lanes],
+                stores=plan.stores, tasks=plan.task_codes, started_at=started))
         RunIdFilter.run_id = self.run_id
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
@@ -183,16 +190,16 @@ class FlowRunner:
                 lane.stop("the lane's cross-process lock was lost while the database was away")
 
     def _run_dwd(self) -> dict:
-        from feiqiu_etl.tasks.dwd import DwdLoadTask, ensure_dwd_tables, load_dwd_mapping
+        from feiqiu_etl.tasks.dwd import DwdLoadContext, DwdLoadTask, ensure_dwd_tables, load_dwd_mapping
 
         dwd = self.plan.dwd
         try:
             mapping = load_dwd_mapping(self.plan.connector.dwd_mapping_path())
             with self.health.slot() as slot:
                 slot.run(lambda conn: ensure_dwd_tables(conn, mapping))
+            context = DwdLoadContext(logging.getLogger("feiqiu_etl.dwd"), self.token.event, self.health)
             task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
-                               logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.token.event,
-                               health=self.health, full=dwd.full)
+                               full=dwd.full, context=context)
             self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
@@ -216,8 +223,7 @@ class FlowRunner:
             with self.health.slot() as slot:
                 slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
                                                           summary=summary, error=r.error or r.first_reason(),
-                                                          **{k: v for k, v in r.totals().items()
-                                                             if k != "rows_unchanged"}))
+                                                          totals=r.totals()))
         except (psycopg.Error, DatabaseUnavailable) as exc:
             log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
                       one_line(exc))
