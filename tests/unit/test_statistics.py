@@ -137,3 +137,6 @@ def test_live_js_reads_only_fields_of_the_json_schema():
     assert used["lane"] <= _properties(schema, "LaneStatistics")
     assert used["cur"] <= _properties(schema, "CurrentRequest")
     assert used["q"] <= _properties(schema, "Queues")
+    queries = (LIVE_JS.parent.parent / "queries.py").read_text(encoding="utf-8")  # the Runs page's live totals
+    in_sql = set(re.findall(r"live->>'([a-z_]+)'", queries))
+    assert in_sql and in_sql <= _properties(schema, "RunStatistics")
