@@ -111,10 +111,11 @@ def run_message(findings: Iterable[Finding], run: dict[str, Any] | None, *, lang
         lines.append(t["run_line"].format(run_id=run["run_id"], status=status, host=clean(run.get("host") or host),
                                           exit=f" (exit {code})" if code is not None else "",
                                           finished=run.get("finished_at") or "?"))
+    if others:
         first = sorted(others, key=lambda f: f.reason not in STATUS_REASONS.values())  # the run's status first
-        what = " · ".join(dict.fromkeys(_short(f, t) for f in first)) if others else status
-        title = t["title_run"].format(run_id=run["run_id"], what=what)
-    else:
+        what = " · ".join(dict.fromkeys(_short(f, t) for f in first))
+        title = t["title_run"].format(run_id=run["run_id"] if run else "?", what=what)
+    else:  # only stale data (at the end of a run that went well, or from the freshness command)
         title = t["title_stale"].format(n=len(stale), hours=stale[0].facts["hours"] if stale else 0)
     if others:
         lines.append(t["why"])

@@ -16,6 +16,8 @@ from typing import Any, Iterable
 import psycopg
 from psycopg.rows import dict_row
 
+from feiqiu_etl.alerts.rules import Finding, ordered
+
 STATEMENT_TIMEOUT = "5s"
 
 
@@ -68,6 +70,8 @@ def alerts_of_run(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]
             "GROUP BY coalesce(message_id, id::text), target ORDER BY min(created_at), target",
             (run_id,)).fetchall()
     conn.commit()
+    for r in rows:  # most severe first, as in the message
+        r["reasons"] = [x.reason for x in ordered(Finding(reason, "") for reason in r["reasons"])]
     return rows
 
 
