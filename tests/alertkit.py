@@ -26,8 +26,9 @@ class Received:
 
 
 class WebhookReceiver:
-    """``mode``: ``"ok"`` (200), ``"error"`` (500) or ``"hang"`` (reads the request, never answers until
-    closed). ``url`` is the Apprise ``json://`` URL of its ``/hook`` path."""
+    """``mode``: ``"ok"`` (200), ``"error"`` (500), ``"hang"`` (reads the request, never answers until
+    closed) or ``"trickle"`` (answers 200 and then one byte every 0.2 s, never finishing: each read succeeds,
+    so no socket timeout ever fires). ``url`` is the Apprise ``json://`` URL of its ``/hook`` path."""
 
     def __init__(self, mode: str = "ok", path: str = "/hook"):
         self.mode = mode
@@ -41,6 +42,17 @@ class WebhookReceiver:
                 receiver.received.append(Received(time.time(), self.path, dict(self.headers), body))
                 if receiver.mode == "hang":
                     receiver._release.wait(60)
+                    return
+                if receiver.mode == "trickle":  # an answer that never ends: one byte now and then
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    while not receiver._release.wait(0.2):
+                        try:
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                        except OSError:
+                            return
                     return
                 code = 200 if receiver.mode == "ok" else 500
                 self.send_response(code)

@@ -228,3 +228,26 @@ def test_apprise_log_lines_never_reach_our_handlers():
     assert [r.getMessage() for r in seen if r.name.startswith("apprise")] == []
     ours = [r.getMessage() for r in seen if r.name.startswith("feiqiu_etl")]
     assert any("bad (json://127.0.0.1:" in m for m in ours) and not any(SECRET in m for m in ours)
+
+
+@pytest.mark.parametrize("scheme,cls_path,notify_url,url,shape", [
+    ("feishu", "apprise.plugins.feishu.NotifyFeishu", "{base}/feishu/{{token}}/", "feishu://feishutoken42",
+     lambda b: b["msg_type"] == "text" and "运行 r1" in b["content"]["text"]),
+    ("dingtalk", "apprise.plugins.dingtalk.NotifyDingTalk", "{base}/dingtalk?access_token={{token}}",
+     "dingtalk://dingtalktoken42", lambda b: b["msgtype"] == "text" and "运行 r1" in b["text"]["content"]),
+    ("wecombot", "apprise.plugins.wecombot.NotifyWeComBot", "{base}/wecombot?key={{key}}", "wecombot://wecomkey42",
+     lambda b: b["msgtype"] == "text" and "运行 r1" in b["text"]["content"]),
+])
+def test_chinese_group_bots_get_their_own_format(monkeypatch, scheme, cls_path, notify_url, url, shape):
+    # Apprise has no URL option for these hosts: for the test only, the plugin class is pointed at loopback
+    import importlib
+
+    module, name = cls_path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    msg = run_message([rules.Finding("FAILED", "r1", {"error": "x"})], _summary("FAILED", run_id="r1"), language="zh")
+    with WebhookReceiver() as hook:
+        monkeypatch.setattr(cls, "notify_url", notify_url.format(base=f"http://127.0.0.1:{hook.port}"))
+        (d,) = deliver([(_target(scheme, url), msg)], timeout=5, attempts=1)
+    assert d.ok, d
+    (got,) = hook.received
+    assert got.path.startswith(f"/{scheme}") and shape(got.json()), got.json()

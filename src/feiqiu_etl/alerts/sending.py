@@ -163,11 +163,12 @@ def notify_once(url: str, message: Message, timeout: float) -> None:
     import apprise
 
     with _captured() as capture:
-        plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+        asset = _asset()
+        plugin = apprise.Apprise.instantiate(url, asset=asset, suppress_exceptions=True)
         if plugin is None:
             raise SendFailed("Apprise cannot use this URL")
         plugin.socket_connect_timeout = plugin.socket_read_timeout = max(0.1, timeout)
-        sender = apprise.Apprise()
+        sender = apprise.Apprise(asset=asset)
         sender.add(plugin)
         try:
             ok = sender.notify(title=message.title, body=message.body, notify_type=message.severity,
@@ -179,6 +180,18 @@ def notify_once(url: str, message: Message, timeout: float) -> None:
         raise SendFailed(scrub(clean(why or "the target did not accept the message"), url))
 
 
+def _asset():
+    """Apprise sends in the calling (daemon) thread: no async mode and no service deadline of its own (ours
+    is the bound), else it uses a pool whose threads the interpreter joins at exit — a receiver that
+    trickles bytes could then hold the process past our deadline. (``service_timeout`` is Apprise >= 2.)"""
+    import apprise
+
+    try:
+        return apprise.AppriseAsset(async_mode=False, service_timeout=0)
+    except TypeError:  # an Apprise without service deadlines sends sequentially in this thread anyway
+        return apprise.AppriseAsset(async_mode=False)
+
+
 def deliver(jobs: Sequence[tuple[object, Message]], *, timeout: float, attempts: int,
             send=notify_once) -> list[Delivery]:
     """Send each ``(target, message)`` (``target`` has ``url`` and ``label``) at once; return one
@@ -186,6 +199,9 @@ def deliver(jobs: Sequence[tuple[object, Message]], *, timeout: float, attempts:
     message, attempt_timeout)`` does one attempt (default: Apprise)."""
     if not jobs:
         return []
+    if send is notify_once:
+        import apprise  # noqa: F401 - the first import loads its plugins (about a second): not on the clock
+
     start = time.monotonic()
     deadline = start + timeout
     out: list[Delivery | None] = [None] * len(jobs)
