@@ -2,8 +2,9 @@
 
 ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key columns come from the
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
-``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them), completed window segments and the earliest start ever planned
-incrementally (together: resume from the gaps) and detail requests still owed (retried on the next run).
+``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them), completed window segments and the
+earliest start ever planned incrementally (together: resume from the gaps) and detail requests still owed
+(retried on the next run).
 """
 
 from __future__ import annotations
