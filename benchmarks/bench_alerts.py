@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from alertkit import SmtpReceiver, WebhookReceiver, wait_until  # noqa: E402
+from alertkit import SmtpReceiver, WebhookReceiver  # noqa: E402
 from benchlib import emit  # noqa: E402
+from clikit import wait_for  # noqa: E402
 
 from feiqiu_etl.connector.windows import fmt  # noqa: E402
 from feiqiu_etl.db.embedded import create_database, temporary_server  # noqa: E402
@@ -112,7 +113,7 @@ def main() -> None:
             dsn = create_database(server.dsn("postgres"), f"alerts_{i}") or server.dsn(f"alerts_{i}")
             with WebhookReceiver() as hook, SmtpReceiver() as smtp:
                 data, tail = _run(sim, dsn, {**base, "FEIQIU_ALERT_URLS": f"{hook.url},{smtp.url}"})
-                wait_until(lambda: hook.received and smtp.mails, 5)
+                wait_for(lambda: hook.received and smtp.mails, 5, what="both alerts")
                 end = datetime.fromisoformat(data["finished_at"]).timestamp()
                 json_lat.append(hook.received[0].at - end)
                 smtp_lat.append(smtp.mails[0].at - end)

@@ -131,12 +131,3 @@ class SmtpReceiver:
     def __exit__(self, *exc) -> None:
         self.controller.stop()
 
-
-def wait_until(predicate, timeout: float = 10.0, every: float = 0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    return predicate()

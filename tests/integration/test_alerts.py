@@ -12,10 +12,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from alertkit import SmtpReceiver, WebhookReceiver, wait_until
+from alertkit import SmtpReceiver, WebhookReceiver
 from clikit import cli, cli_json, env_for, finish, run_args, start, wait_for
 from feiqiu_etl.simulator import Simulator
 from flowkit import sim_config
@@ -194,7 +193,6 @@ def test_a_receiver_that_hangs_or_answers_500_costs_at_most_the_bound_and_is_rec
     with Simulator(sim_config(seed=46)) as sim, WebhookReceiver(mode, path=f"/hook/{SECRET}") as bad:
         env = env_for("fq_wrong_token", FQ_ALERT_BAD=bad.url)
         path = _alerts_file(tmp_path, "bad", timeout_seconds=bound, attempts=3)
-        t0 = time.time()
         proc = start(run_args(sim, pg_dsn, *PAYMENT, "--alerts", path), env)
         code, data, err = finish(proc)
         exited = time.time()
