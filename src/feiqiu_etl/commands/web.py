@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+from typing import TYPE_CHECKING
 
 import click
 
 from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.commands.ops import dsn_option, warehouse
 from feiqiu_etl.flowcli import UsageFailure, database
+
+if TYPE_CHECKING:
+    from feiqiu_etl.web import WebSettings
 
 MIN_TOKEN_LENGTH = 16
 
@@ -48,9 +52,11 @@ def _listen(host: str, port: int) -> socket.socket:
               help="Freshness page: red when the last complete window or snapshot is older than this")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
               help="connector YAML whose tasks the Freshness page lists (default: the bundled Feiqiu connector)")
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
+              help="Freshness page: judge only the tasks each store of this fleet file is scheduled for")
 @dsn_option
 @common_options
-def web(host, port, auth_token, stale_hours, connector_path, dsn, demo, verbose, log_format) -> None:
+def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, demo, verbose, log_format) -> None:
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
     and the JSON API (README "The web page")."""
     _setup_logging(verbose, log_format)
@@ -68,30 +74,39 @@ def web(host, port, auth_token, stale_hours, connector_path, dsn, demo, verbose,
         connector = load_connector(connector_path)
     except (ConnectorError, OSError) as exc:
         raise UsageFailure(str(exc)) from None
+    from feiqiu_etl.commands.freshness_cmd import schedule_for
+
+    from feiqiu_etl.web import WebSettings
+
+    page = WebSettings(dsn="", token=auth_token, host=host, connector=connector.name,
+                       task_codes=tuple(t.code for t in connector.tasks), schedule=schedule_for(fleet_path, connector),
+                       stale_hours=stale_hours)
     sock = _listen(host, port)
     try:
-        _serve(sock, host, auth_token, stale_hours, connector, dsn, demo, verbose)
+        _serve(sock, page, dsn, demo, verbose)
     finally:
         sock.close()
 
 
-def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float, connector, dsn: str | None,
-           demo: bool, verbose: int) -> None:
+def _serve(sock: socket.socket, page: WebSettings, dsn: str | None, demo: bool, verbose: int) -> None:
+    """Serve ``page`` (its settings but the database: ``dsn``, the demo's or the embedded server's) on ``sock``."""
+    import dataclasses
+
     import uvicorn
 
     from feiqiu_etl.config.app_config import AppConfig
     from feiqiu_etl.db.connection import redact_dsn
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.demo import DEMO_DATABASE
-    from feiqiu_etl.web import WebSettings, create_app
+    from feiqiu_etl.web import create_app
 
     config = AppConfig.load(task_codes=(), environ=None)
+    token = page.token
     with database(None if demo else dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
         with warehouse(real_dsn):  # reachable, schemas up to date, vanished runs INTERRUPTED
             pass
-        settings = WebSettings(
-            dsn=real_dsn, token=token, host=host, connector=connector.name,
-            task_codes=tuple(t.code for t in connector.tasks), stale_hours=stale_hours,
+        settings = dataclasses.replace(
+            page, dsn=real_dsn,
             run_stale_after=config.number("run.stale_after", float, minimum=2, maximum=86400),
             connect_timeout=config.number("db.connect_timeout", float, minimum=0.5, maximum=600))
         app = create_app(settings)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 
+from feiqiu_etl.runs.freshness import Schedule
 from feiqiu_etl.web import routes
 from feiqiu_etl.web.routes import safe_next as _safe_next  # noqa: F401 - tests/unit/test_web_security.py
 from feiqiu_etl.web.security import AccessGuard
@@ -43,6 +44,7 @@ class WebSettings:
     host: str = "127.0.0.1"
     connector: str = "feiqiu"
     task_codes: tuple[str, ...] = ()
+    schedule: Schedule | None = None  # from ``web --fleet``; None: every task of the connector
     stale_hours: float = 26.0
     poll_interval: float = 0.25
     run_stale_after: float = 30.0

@@ -122,9 +122,9 @@ def freshness_page(request: Request) -> Response:
     web = _state(request)
     hours = _hours(request, web.settings.stale_hours)
     with web.db() as conn:
-        rows = queries.freshness_rows(conn, web.settings.connector, web.settings.task_codes, hours * 3600)
-    return web.page(request, "freshness.html", nav="freshness", rows=rows, hours=hours,
-                    stale=sum(1 for r in rows if r["stale"]), connector=web.settings.connector)
+        report = queries.freshness_report(conn, web.settings, hours)
+    return web.page(request, "freshness.html", nav="freshness", rows=report["rows"], hours=hours,
+                    stale=report["stale"], connector=web.settings.connector)
 
 
 async def show_login(web: AppState, request: Request, status: int = 200, error: str | None = None) -> Response:
@@ -222,12 +222,11 @@ async def api_stream(request: Request) -> Response:
 
 
 def api_freshness(request: Request) -> Response:
-    """``GET /api/freshness?hours=``: ``{connector, stale_after_hours, rows}``."""
+    """``GET /api/freshness?hours=``: ``{connector, stale_after_hours, rows, …}`` (queries.freshness_report)."""
     web = _state(request)
     hours = _hours(request, web.settings.stale_hours)
     with web.db() as conn:
-        rows = queries.freshness_rows(conn, web.settings.connector, web.settings.task_codes, hours * 3600)
-    return _json({"connector": web.settings.connector, "stale_after_hours": hours, "rows": rows})
+        return _json(queries.freshness_report(conn, web.settings, hours))
 
 
 def api_csrf(request: Request) -> Response:
