@@ -82,8 +82,8 @@ class Trading(Timeline):
         self.refundable = sorted((p for p in store.values("ODS_PAYMENT") if p["status"] == "SUCCESS"
                                   and p["payMethod"] != "GROUPBUY" and p["payTime"] >= recent),
                                  key=lambda p: (p["payTime"], p["payId"]))[-60:]
-        self._finish_open(start, end)
-        self._complete_refunds(start, end)
+        self._finish_open(start)
+        self._complete_refunds(start)
         cursor = start
         while cursor < end:
             chunk_end = min(cursor + DAY, end)
@@ -101,6 +101,7 @@ class Trading(Timeline):
 
     # --- scheduling ----------------------------------------------------------------------------------------
     def _push(self, at: datetime, kind: str, ref=None, plan=None) -> None:
+        """Schedule an event; one at or after the end of the span does not happen (in this span)."""
         if at < self.store.anchor:
             self._order += 1
             heapq.heappush(self._queue, Event(at, self._order, kind, plan, ref))
@@ -124,7 +125,7 @@ class Trading(Timeline):
                 self._push(business_time(store.rng, lo, hi), kind)
 
     # --- what was open at the start -------------------------------------------------------------------------
-    def _finish_open(self, start: datetime, end: datetime) -> None:
+    def _finish_open(self, start: datetime) -> None:
         """Table sessions and assistant services running at ``start`` finish within its first hours."""
         rng = self.store.rng
         for use in sorted(self.store.values("ODS_TABLE_USE"), key=lambda u: u["useId"]):
@@ -134,7 +135,7 @@ class Trading(Timeline):
             if service["status"] == "SERVING":
                 self._push(start + timedelta(minutes=rng.randint(5, 180)), "finish_service", ref=service["serviceId"])
 
-    def _complete_refunds(self, start: datetime, end: datetime) -> None:
+    def _complete_refunds(self, start: datetime) -> None:
         """Refunds still processing complete (Q13: ``refundTime`` stays) within ``Q13_WITHIN`` of being started;
         older ones stay stuck."""
         rng = self.store.rng
