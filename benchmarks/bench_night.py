@@ -245,10 +245,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--dwd", action="store_true", help="load DWD after ODS too (not lane time)")
     parser.add_argument("--run-arg", action="append", default=[], help="extra argument for both runs (repeatable)")
+    parser.add_argument("--deadline", type=float, metavar="HOURS",
+                        help="pass `--deadline` (HOURS of real time, scaled: --deadline <HOURS×3600×factor>s) to both "
+                             "runs; needs a feiqiu-etl that has it (issue 20 item 3)")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds a run may take (default 7200)")
     parser.add_argument("--output", type=Path, help="also write the report here")
     args = parser.parse_args()
     args.anchor = parse_local(args.anchor)
+    if args.deadline is not None:
+        args.run_arg.append(f"--deadline={args.deadline * 3600 * args.factor:g}s")
     args.sites = [FIRST_SITE + i for i in range(args.stores)]
     settings = gaps(args.factor)
     settings["window.initial_days"] = args.days
