@@ -177,6 +177,9 @@ run_options = [
     click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)"),
     click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive'),
     click.option("--window-end", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), exclusive'),
+    click.option("--now", "now_text", metavar='"YYYY-MM-DD HH:MM:SS"',
+                 help="treat this Asia/Shanghai time as now: incremental windows end here (a replay, or a simulator "
+                      "whose clock was moved; not after the current time)"),
     click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server"),
     click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)"),
     click.option("--no-dwd", is_flag=True, help="load ODS only"),
@@ -211,7 +214,23 @@ def _run_options(p: dict, timeout: float | None = None, wait_for_lane: float | N
         timeout=timeout, load_dwd=not p.get("no_dwd", False), dwd_only=dwd_only,
         dwd_tables=_csv(p.get("dwd_tables", "")), dwd_full=p.get("dwd_full", False),
         unsafe_gaps=p.get("unsafe_gaps", False), wait_for_lane=wait_for_lane, strict_env_names=_dotenv_names(),
+        now=_parse_now(p.get("now_text")),
     )
+
+
+def _parse_now(text: str | None):
+    """``--now``: a naive Asia/Shanghai time between 2000-01-01 and the current time, or ``None``."""
+    if text is None:
+        return None
+    from feiqiu_etl.connector.windows import EARLIEST_WINDOW, fmt, local_now, parse_local
+
+    try:
+        value = parse_local(text)
+    except ValueError as exc:
+        raise UsageFailure(f"--now: {exc}") from None
+    if not EARLIEST_WINDOW <= value <= local_now():
+        raise UsageFailure(f"--now must lie between {fmt(EARLIEST_WINDOW)} and the current time, got {text!r}")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -323,26 +342,36 @@ def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, sets, no
 @click.option("--gap-groupbuy", type=click.FloatRange(0, 3600), default=8.0, show_default=True,
               help="risk-control gap G, groupbuy class (s)")
 @click.option("--ban-seconds", type=click.FloatRange(0, 86400), default=300.0, show_default=True,
-              help="ban length after 3 violations in 60 s (s)")
+              help="ban length after 3 violations within the violation window (s)")
+@click.option("--violation-window", type=click.FloatRange(0, 86400), default=60.0, show_default=True,
+              help="rolling window in which 3 violations ban the token (s)")
 @click.option("--no-risk-control", is_flag=True, help="accept every request (no gaps, no bans)")
+@click.option("--anchor", metavar='"YYYY-MM-DD HH:MM:SS"',
+              help="where the history ends and the clock starts (Asia/Shanghai; default: now); POST /__sim/advance "
+                   "moves it forward")
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
               help="serve a fleet file's lanes: each token (read from its token_env, or generated and printed) "
                    "may read its lane's stores")
 @common_options
-def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seconds, no_risk_control, fleet_path,
-             verbose, log_format) -> None:
+def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seconds, violation_window, no_risk_control,
+             anchor, fleet_path, verbose, log_format) -> None:
     """Serve the simulated Feiqiu API (docs/upstream-api.md) until Ctrl-C."""
     _setup_logging(verbose, log_format)
+    from feiqiu_etl.connector.windows import parse_local
     from feiqiu_etl.simulator import RiskControlConfig, SimulatorConfig, serve_forever
 
+    try:
+        anchor_at = parse_local(anchor) if anchor else None
+    except ValueError as exc:
+        raise UsageFailure(f"--anchor: {exc}") from None
     tokens, site_ids = None, (8640015201004417,)
     if fleet_path:
         tokens, site_ids = _fleet_tokens(fleet_path)
     try:
         risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, ban_seconds=ban_seconds,
-                                 enabled=not no_risk_control)
+                                 violation_window=violation_window, enabled=not no_risk_control)
         cfg = SimulatorConfig(seed=seed, scale=scale, days=days, host=host, port=port, risk=risk,
-                              site_ids=site_ids, tokens=tokens)
+                              site_ids=site_ids, tokens=tokens, anchor=anchor_at)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     try:
