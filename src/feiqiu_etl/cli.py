@@ -19,6 +19,7 @@ import click
 from feiqiu_etl import logs
 from feiqiu_etl.config.app_config import ConfigError, load_env_file
 from feiqiu_etl.flowcli import UsageFailure, database
+from feiqiu_etl.textsafe import escape, terminal_json
 
 MAX_TIMEOUT = 30 * 86400.0
 
@@ -103,7 +104,7 @@ def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
         elif key == "dsn" and value:
             out[key] = redact_dsn(value)
         elif key == "api_base" and value:
-            from feiqiu_etl.api.client import redact_url
+            from feiqiu_etl.textsafe import redact_url
 
             out[key] = redact_url(value)
         elif isinstance(value, tuple):
@@ -116,7 +117,7 @@ def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
 def _emit(result, as_json: bool) -> None:
     data = result.to_dict()
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(terminal_json(data))
         return
     from feiqiu_etl.report import render_summary
 
@@ -259,7 +260,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
             result = plan_run(inputs, conn)
     data = result.to_dict()
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(terminal_json(data))
         return
     from feiqiu_etl.report import render_plan
 
@@ -400,7 +401,7 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
         except psycopg.Error as exc:
             raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
     if as_json:
-        click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
+        click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
         return
     from feiqiu_etl.report import render_rows
 
@@ -432,7 +433,7 @@ def tasks_cmd(connector_path, as_json) -> None:
         "min_gap": connector.min_gap(t.gap_class), "pipeline_defaults": dict(t.pipeline),
     } for t in connector.tasks]
     if as_json:
-        click.echo(json.dumps({"connector": connector.name, "tasks": rows}, ensure_ascii=False))
+        click.echo(terminal_json({"connector": connector.name, "tasks": rows}))
         return
     from feiqiu_etl.report import render_tasks
 
@@ -459,6 +460,7 @@ def entry() -> None:
     try:
         main.main(standalone_mode=False)
     except click.ClickException as exc:
+        exc.message = escape(exc.message)  # it may quote text from outside (a file, the database): one line
         if _json_logs_asked():  # a log shipper reading --log-format json gets nothing but JSON
             from feiqiu_etl.logs import error_record
 
@@ -482,7 +484,7 @@ def entry() -> None:
         from feiqiu_etl import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
-        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        text = escape(" ".join(str(exc).split())[:400] or exc.__class__.__name__)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):

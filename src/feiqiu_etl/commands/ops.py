@@ -5,7 +5,6 @@ a durable flag plus LISTEN/NOTIFY, so the run stops within a second)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from typing import Iterator
 
@@ -16,6 +15,7 @@ from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.config.app_config import AppConfig
 from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
 from feiqiu_etl.runs import registry
+from feiqiu_etl.textsafe import terminal_json
 
 def dsn_option(fn):
     fn = click.option("--demo", is_flag=True, help="the demo's database (feiqiu_demo) on the embedded server")(fn)
@@ -52,7 +52,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
 
 def _echo_json(data) -> None:
     """JSON as the web API gives it (:func:`registry.jsonable`): seconds as numbers, ISO 8601 times."""
-    click.echo(json.dumps(registry.jsonable(data), ensure_ascii=False, default=str))
+    click.echo(terminal_json(registry.jsonable(data)))
 
 
 def _resolve(conn: psycopg.Connection, run_id: str) -> str:
@@ -146,14 +146,14 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         if not watch:
             render_status(registry.running(conn))
             return
-        from rich.console import Console, Group
+        from rich.console import Group
         from rich.live import Live
 
-        from feiqiu_etl.report import progress_view
+        from feiqiu_etl.report import SafeConsole, progress_view
 
         watched: list[str] = []
         seen_any = False
-        with Live(console=Console(), refresh_per_second=2) as live:
+        with Live(console=SafeConsole(), refresh_per_second=2) as live:
             try:
                 while True:
                     current = registry.running(conn)
