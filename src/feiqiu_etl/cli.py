@@ -360,19 +360,23 @@ def _fleet_tokens(path: str) -> tuple[dict, tuple]:
                                                 "for sql); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
+@click.option("--timeout", type=click.FloatRange(0.001, 86400), envvar="SQL_TIMEOUT", default=60.0,
+              show_default=True, help="sql.timeout: cancel the statement after this many seconds (env SQL_TIMEOUT)")
 @click.pass_context
-def sql(ctx, query, dsn, demo, as_json) -> None:
+def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
 
     On the embedded server it logs in as the role feiqiu_reader, which can only read (the database's schemas):
-    it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
-    role that can run programs or write files on the server (a superuser, pg_execute_server_program,
-    pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
-    statement is refused) inside a READ ONLY transaction (so nothing can be written)."""
+    it can neither write, run programs nor read or write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
+    role that is, or can become (SET ROLE, any membership, inherited or not), a superuser or a member of
+    pg_execute_server_program, pg_read_server_files or pg_write_server_files is refused. The statement is sent
+    as a prepared statement (so a second statement is refused) inside a READ ONLY transaction that is rolled
+    back (so nothing is written and no NOTIFY is sent), and cancelled after --timeout seconds (exit 2)."""
     import psycopg
 
-    from feiqiu_etl.db.connection import check_read_only_role, connect, scrub
+    from feiqiu_etl.db.connection import connect, scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.db.reader_session import KEEPALIVE, StatementTimeout, bound_session, role_problem, run_statement
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
@@ -389,17 +393,17 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
 
     with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare) as real_dsn:
         try:
-            with connect(real_dsn) as conn:
-                problem = check_read_only_role(conn)
+            with connect(real_dsn, **KEEPALIVE) as conn:
+                problem = role_problem(conn)
                 if problem:
                     raise UsageFailure(problem)
-                conn.rollback()
-                conn.read_only = True
-                cur = conn.execute(query, prepare=True)
-                columns = [d.name for d in cur.description or []]
-                rows = cur.fetchall() if cur.description else []
+                bound_session(conn, timeout)
+                result = run_statement(conn, query, timeout)
+        except StatementTimeout as exc:
+            raise UsageFailure(str(exc)) from None
         except psycopg.Error as exc:
             raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
+    columns, rows = result.columns, result.rows
     if as_json:
         click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
         return

@@ -14,38 +14,15 @@ SESSION_TIME_ZONE = "Asia/Shanghai"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
-def connect(dsn: str, *, autocommit: bool = False, connect_timeout: float | None = None) -> psycopg.Connection:
+def connect(dsn: str, *, autocommit: bool = False, connect_timeout: float | None = None,
+            **params: object) -> psycopg.Connection:
     """Open a connection with ``TIME ZONE 'Asia/Shanghai'`` within ``connect_timeout`` seconds (default 10;
-    a server that accepts TCP and never answers fails in that time, not minutes later).
-    Raises ``psycopg.OperationalError``."""
+    a server that accepts TCP and never answers fails in that time, not minutes later). ``params``: more libpq
+    connection parameters (e.g. ``keepalives``). Raises ``psycopg.OperationalError``."""
     timeout = max(1, round(connect_timeout or DEFAULT_CONNECT_TIMEOUT))
     conn = psycopg.connect(dsn, autocommit=autocommit, options=f"-c TimeZone={SESSION_TIME_ZONE}",
-                           connect_timeout=timeout)
+                           connect_timeout=timeout, **params)
     return conn
-
-
-#: Server roles whose members may run programs or write files on the database server.
-DANGEROUS_ROLES = ("pg_execute_server_program", "pg_write_server_files")
-
-
-def check_read_only_role(conn: psycopg.Connection) -> str | None:
-    """None when the connected role can neither run programs nor write files on the server; else a one-line
-    reason (it is a superuser or has the privileges of a role in :data:`DANGEROUS_ROLES`), naming the role.
-
-    ``feiqiu-etl sql`` refuses such roles: a READ ONLY transaction does not stop ``COPY … TO PROGRAM`` or
-    ``COPY … TO '/file'``."""
-    name, superuser, dangerous = conn.execute(
-        "SELECT current_user, rolsuper, ARRAY(SELECT r FROM unnest(%s::text[]) r"
-        " WHERE pg_has_role(current_user, r, 'USAGE')) FROM pg_roles WHERE rolname = current_user",
-        (list(DANGEROUS_ROLES),)).fetchone()
-    if superuser:
-        powers = ["a superuser"]
-    elif dangerous:
-        powers = [f"a member of {r}" for r in dangerous]
-    else:
-        return None
-    return (f"refusing to run: role {name} is {' and '.join(powers)}, so it may run programs or write files on "
-            "the server; use a read-only role for sql (README: a read-only role for sql)")
 
 
 def redact_dsn(dsn: str) -> str:
