@@ -44,7 +44,8 @@ from feiqiu_etl.runs import registry
 from feiqiu_etl.web import queries
 from feiqiu_etl.web.format import FILTERS
 from feiqiu_etl.web.live import LiveFeed
-from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, AccessGuard, Security
+from feiqiu_etl.web.security import (SESSION_COOKIE, SESSION_TTL, AccessGuard, Security, client_address,
+                                     retry_after)
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
 
 HERE = Path(__file__).parent
@@ -195,7 +196,14 @@ def create_app(settings: WebSettings) -> Starlette:
         if not security.origin_allowed(request):
             return JSONResponse({"error": "cross-site login refused"}, 403)
         form = await request.form()
-        sid = security.login(str(form.get("token") or ""))
+        address = client_address(request.scope)  # from here to the check: no await (one step, see security)
+        wait = security.throttle.wait(address)
+        if wait > 0:
+            response = await login_page(request, 429, error="Too many failed logins from your address: try again "
+                                                           f"in {retry_after(wait)} s.")
+            response.headers["Retry-After"] = retry_after(wait)
+            return response
+        sid = security.login(str(form.get("token") or ""), address)
         if sid is None:
             await asyncio.sleep(0.5)  # slows guessing down
             return await login_page(request, 401, error="That is not the token this server was started with.")
