@@ -58,6 +58,9 @@ def _echo_json(data) -> None:
 def _resolve(conn: psycopg.Connection, run_id: str) -> str:
     if not run_id.strip():  # an empty prefix would match every run (cancel "" must not cancel the only one)
         raise UsageFailure("an empty run id: give a run id, a prefix of one, or 'last' (see feiqiu-etl runs)")
+    problem = registry.run_id_problem(run_id)
+    if problem:
+        raise UsageFailure(problem)
     found = registry.matching_runs(conn, run_id, limit=6)
     if not found:
         raise UsageFailure(f"no run {run_id!r} (see feiqiu-etl runs)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import socket
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -27,6 +28,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 CANCEL_CHANNEL = "feiqiu_etl_cancel"
+RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
+"""What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (``runner.flow_runner.new_run_id``); anything
+else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
+database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
 STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "INTERRUPTED")
 FINISHED = STATUSES[1:]
 HOST = socket.gethostname()
@@ -232,6 +237,16 @@ def running(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "FROM etl_meta.run WHERE status = 'RUNNING' ORDER BY started_at").fetchall()
     conn.commit()
     return rows
+
+
+def run_id_problem(text: str) -> str | None:
+    """None when ``text`` may be a run id or a prefix of one (:data:`RUN_ID_CHARACTERS`, or ``last``), else a
+    one-line reason that shows it escaped and shortened."""
+    if re.fullmatch(RUN_ID_CHARACTERS, text):
+        return None
+    shown = repr(text[:40]) + ("…" if len(text) > 40 else "")
+    return (f"not a run id: {shown} (run ids are letters, digits and . _ : - only, at most 128 of them; "
+            "see feiqiu-etl runs)")
 
 
 def resolve_run_id(conn: psycopg.Connection, prefix: str) -> str | None:

@@ -41,7 +41,7 @@ from starlette.staticfiles import StaticFiles
 
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn, scrub
 from feiqiu_etl.runs import registry
-from feiqiu_etl.web import queries
+from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
 from feiqiu_etl.web.format import FILTERS
 from feiqiu_etl.web.live import LiveFeed
 from feiqiu_etl.web.security import (SESSION_COOKIE, SESSION_TTL, AccessGuard, Security, client_address,
@@ -327,16 +327,16 @@ def create_app(settings: WebSettings) -> Starlette:
 
     routes = [
         Route("/", runs_page),
-        Route("/runs/{run_id}", run_page),
-        Route("/runs/{run_id}/timeline.svg", timeline_image),
+        Route("/runs/{run_id:run_id}", run_page),
+        Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
         Route("/live", live_page),
         Route("/freshness", freshness_page),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/api/runs", api_runs),
-        Route("/api/runs/{run_id}", api_run),
-        Route("/api/runs/{run_id}/requests", api_requests),
-        Route("/api/runs/{run_id}/cancel", api_cancel, methods=["POST"]),
+        Route("/api/runs/{run_id:run_id}", api_run),
+        Route("/api/runs/{run_id:run_id}/requests", api_requests),
+        Route("/api/runs/{run_id:run_id}/cancel", api_cancel, methods=["POST"]),
         Route("/api/status", api_status),
         Route("/api/status/stream", api_stream),
         Route("/api/freshness", api_freshness),
