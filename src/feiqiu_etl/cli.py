@@ -94,24 +94,11 @@ def _dotenv_names() -> set[str]:
 
 
 def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
-    """The command's parameters for the run record: the token never, a DSN without its password."""
-    from feiqiu_etl.db.connection import redact_dsn
+    """The command's parameters for the run record: the token never, a DSN without its password, the API
+    base without its secrets (:func:`feiqiu_etl.runs.registry.redact_args`)."""
+    from feiqiu_etl.runs.registry import redact_args
 
-    out = {}
-    for key, value in params.items():
-        if key == "token":
-            out[key] = "***" if value else None
-        elif key == "dsn" and value:
-            out[key] = redact_dsn(value)
-        elif key == "api_base" and value:
-            from feiqiu_etl.textsafe import redact_url
-
-            out[key] = redact_url(value)
-        elif isinstance(value, tuple):
-            out[key] = list(value)
-        else:
-            out[key] = value
-    return out
+    return redact_args(params)
 
 
 def _emit(result, as_json: bool) -> None:

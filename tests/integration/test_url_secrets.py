@@ -58,3 +58,22 @@ def test_secrets_in_the_api_base_are_masked_wherever_it_is_kept_or_shown(pg_dsn,
         assert api.status_code == 200 and page.status_code == 200
         _clean(api.text + page.text)
         assert api.json()["args"]["api_base"] == SHOWN
+
+
+def test_a_record_written_before_the_fix_is_shown_masked(pg_dsn):
+    """Older versions kept ``?token=…`` in the record: ``show`` and the web API mask it when they read it."""
+    from feiqiu_etl.db.schema import ensure_schemas
+    from feiqiu_etl.runs import registry
+
+    with psycopg.connect(pg_dsn) as conn:
+        ensure_schemas(conn)
+        registry.start_run(conn, "old-run-1", command="run", args={"api_base": BASE, "token": "***"}, config={})
+        registry.finish_run(conn, "old-run-1", status="FAILED", exit_code=4, summary=None, error="x")
+    shown = cli("show", "old-run-1", "--json", "--dsn", pg_dsn)
+    assert shown.returncode == 0 and SHOWN in shown.stdout, shown.stderr
+    _clean(shown.stdout + cli("show", "old-run-1", "--dsn", pg_dsn).stdout)
+    with WebServer(pg_dsn) as server:
+        api = httpx.get(f"{server.url}/api/runs/old-run-1")
+        page = httpx.get(f"{server.url}/runs/old-run-1")
+        assert api.json()["args"]["api_base"] == SHOWN
+        _clean(api.text + page.text)

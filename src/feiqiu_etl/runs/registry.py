@@ -225,7 +225,31 @@ def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> 
                 "SELECT ts, level, lane, site_id, task, message FROM etl_meta.run_log WHERE run_id = %s "
                 "ORDER BY seq", (run_id,)).fetchall()
     conn.commit()
+    if run is not None and isinstance(run.get("args"), dict):
+        run["args"] = redact_args(run["args"])  # records of older versions kept a URL's query secrets
     return run
+
+
+def redact_args(params: dict[str, Any]) -> dict[str, Any]:
+    """A command's parameters as they may be stored and shown: the token never (``***``), a DSN without its
+    password (:func:`~feiqiu_etl.db.connection.redact_dsn`), the API base without its secrets
+    (:func:`~feiqiu_etl.textsafe.redact_url`); tuples as lists. Idempotent."""
+    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.textsafe import redact_url
+
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if key == "token":
+            out[key] = "***" if value else None
+        elif key == "dsn" and isinstance(value, str) and value:
+            out[key] = redact_dsn(value)
+        elif key == "api_base" and isinstance(value, str) and value:
+            out[key] = redact_url(value)
+        elif isinstance(value, tuple):
+            out[key] = list(value)
+        else:
+            out[key] = value
+    return out
 
 
 def running(conn: psycopg.Connection) -> list[dict[str, Any]]:
