@@ -11,7 +11,6 @@ inside the statement reaches only harmless roles and still cannot write. ``SELEC
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from clikit import one_line_error, open_folder
 from feiqiu_etl.db.reader_session import StatementTimeout, bound_session, run_statement
 from feiqiu_etl.db.schema import ensure_schemas
 
@@ -34,20 +34,10 @@ def _sql(*args: str, env: dict | None = None, timeout: float = 120) -> subproces
                           env={**base, **(env or {})}, timeout=timeout)
 
 
-def _one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    return lines[0]
-
-
 @pytest.fixture
 def outbox(fresh_home):
     """A folder every account can write to, so only the server's privileges decide whether a program ran."""
-    folder = fresh_home.with_name(fresh_home.name + "-out")
-    folder.mkdir(mode=0o777)
-    folder.chmod(0o777)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    yield from open_folder(fresh_home)
 
 
 @pytest.fixture
@@ -92,7 +82,7 @@ def test_the_issues_noinherit_escalation_is_refused_before_anything_runs(roles, 
     marker.unlink()
 
     refused = _sql("--dsn", sneaky, _attack(marker))
-    line = _one_line_error(refused)
+    line = one_line_error(refused)
     assert refused.returncode == 2 and "can become pg_execute_server_program" in line, line
     assert "read-only role" in line and not marker.exists()
 
@@ -117,7 +107,7 @@ def test_every_way_to_become_a_dangerous_role_is_refused(roles, outbox):
             "pg_execute_server_program")
     for what, (dsn, named) in attacks.items():
         proc = _sql("--dsn", dsn, _attack(marker))
-        line = _one_line_error(proc)
+        line = one_line_error(proc)
         assert proc.returncode == 2 and f"can become {named}" in line, (what, line)
     assert not marker.exists()
     # with a superuser session the superuser postgres could still terminate backends and read verifiers:
@@ -143,7 +133,7 @@ def test_set_role_inside_the_statement_reaches_only_harmless_roles_and_cannot_wr
                       "DO $$BEGIN SET SESSION AUTHORIZATION postgres; END$$",
                       "SET SESSION AUTHORIZATION postgres"):
         proc = _sql("--dsn", member, statement)
-        line = _one_line_error(proc)
+        line = one_line_error(proc)
         assert proc.returncode == 2 and ("read-only" in line or "permission denied" in line), (statement, line)
     assert roles.admin.execute("SELECT count(*) FROM etl_meta.sec21_t").fetchone()[0] == 1
 
@@ -153,12 +143,12 @@ def test_a_statement_that_sleeps_ends_after_the_timeout_with_one_line(roles):
     started = time.monotonic()
     proc = _sql("--dsn", reader, "--timeout", "1", "SELECT pg_sleep(3600)")
     took = time.monotonic() - started
-    line = _one_line_error(proc)
+    line = one_line_error(proc)
     assert proc.returncode == 2 and "sql.timeout (1 s)" in line and took < 20, (took, line)
     # from the environment too, and a statement cannot lift its own limit
     proc = _sql("--dsn", reader, "DO $$BEGIN SET statement_timeout = 0; PERFORM pg_sleep(3600); END$$",
                 env={"SQL_TIMEOUT": "1"})
-    assert proc.returncode == 2 and "sql.timeout (1 s)" in _one_line_error(proc)
+    assert proc.returncode == 2 and "sql.timeout (1 s)" in one_line_error(proc)
     bad = _sql("--dsn", reader, "--timeout", "0", "SELECT 1")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
