@@ -123,7 +123,7 @@ def _emit(result, as_json: bool) -> None:
     if data.get("alerts"):
         from feiqiu_etl.alerts.record import alert_lines
 
-        click.echo("\n".join(alert_lines(data["alerts"])), err=True)
+        click.echo("\n".join(escape(line) for line in alert_lines(data["alerts"])), err=True)
 
 
 pipeline_options = [

@@ -130,16 +130,28 @@ def _is_secret_param(name: str, value: str) -> bool:
     return bool(value) and name not in ("&", ";") and SECRET_PARAM.search(unquote(name)) is not None
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its secrets masked by ``***``: the password of the user info (``scheme://user:***@host``)
-    and the value of each query parameter whose name matches :data:`SECRET_PARAM` (``?token=***``); a fragment
-    that holds ``=`` (``#access_token=…``, OAuth's implicit flow) is dropped. Safe to store and show. Text that is
-    no ``scheme://`` URL is returned as it is when it holds no ``@`` and no ``=`` (a host name), else not shown
-    at all. Never raises."""
+def redact_url(url: str, *, secret_path: bool = False, secret_host: bool = False) -> str:
+    """``url`` with its secrets masked, safe to store and show. Never raises.
+
+    By default (an API base, a DSN): the password of the user info (``scheme://user:***@host``) and the value of
+    each query parameter whose name matches :data:`SECRET_PARAM` (``?token=***``) become ``***``; a fragment that
+    holds ``=`` (``#access_token=…``, OAuth's implicit flow) is dropped; the rest is kept.
+    ``secret_path``: the URL keeps secrets in its user, path or query (a webhook, an Apprise URL): none of them
+    is shown, only ``scheme://host:port`` and ``/…`` when more followed. ``secret_host``: the host is a key too
+    (``feishu://KEY``): only its first and last character are shown (``…`` alone for 4 characters or fewer).
+    Text that is no ``scheme://`` URL is returned as it is when it holds no ``@`` and no ``=`` (a host name) and
+    the path is not secret, else not shown at all."""
     url = url if isinstance(url, str) else str(url)
     if "://" not in url:
-        return url if "@" not in url and "=" not in url else "<not shown: it may hold a secret>"
+        plain = "@" not in url and "=" not in url and not secret_path
+        return url if plain else "<not shown: it may hold a secret>"
     scheme, userinfo, authority, path, query, fragment = _parts(url)
+    if secret_host:
+        host, port = _host_port(authority)
+        authority = (f"{host[0]}…{host[-1]}" if len(host) > 4 else "…") + port
+    if secret_path:
+        more = "/…" if path.strip("/") or query or fragment else ""
+        return f"{scheme}://{authority}{more}"
     shown = f"{scheme}://"
     if userinfo is not None:
         user, colon, password = userinfo.partition(":")
@@ -152,18 +164,34 @@ def redact_url(url: str) -> str:
     return shown
 
 
-def url_secrets(url: str) -> set[str]:
-    """The secrets :func:`redact_url` masks in ``url`` (the password, secret query values), as written and
-    percent-decoded: what must be scrubbed from a message that may quote them (e.g. a driver error)."""
+def _host_port(authority: str) -> tuple[str, str]:
+    """``host:8080`` → (``host``, ``:8080``); ``[::1]:80`` → (``[::1]``, ``:80``); no port → (authority, "")."""
+    host, colon, port = authority.rpartition(":")
+    if colon and port.isdigit() and (not host.startswith("[") or host.endswith("]")) and host:
+        return host, colon + port
+    return authority, ""
+
+
+def url_secrets(url: str, *, secret_path: bool = False, secret_host: bool = False) -> set[str]:
+    """The secrets :func:`redact_url` (with the same options) masks in ``url``, as written and percent-decoded:
+    what must be scrubbed from a message that may quote them (e.g. a driver's or a server's error). By default
+    the password and the secret query values; ``secret_path`` adds the user, every path segment and every query
+    value; ``secret_host`` the host."""
     if "://" not in url:
-        return set()
-    _, userinfo, _, _, query, fragment = _parts(url)
+        return {url} if secret_path else set()
+    _, userinfo, authority, path, query, fragment = _parts(url)
     found = set()
     if userinfo is not None and ":" in userinfo:
-        found.add(userinfo.partition(":")[2])
+        # the user info may end at an earlier '@' than the one taken (``u:pw@host?to=a@b``): each candidate
+        found.update(userinfo[:i].partition(":")[2] for i, c in enumerate(userinfo + "@") if c == "@")
     for name, _, value in _query_pairs(query or ""):
-        if _is_secret_param(name, value):
+        if secret_path or _is_secret_param(name, value):
             found.add(value)
-    if fragment and "=" in fragment:
+    if fragment and ("=" in fragment or secret_path):
         found.add(fragment)
+    if secret_path:
+        found.add((userinfo or "").partition(":")[0])
+        found.update(path.split("/"))
+    if secret_host:
+        found.add(_host_port(authority)[0])
     return {s for secret in found if secret for s in (secret, unquote(secret))}

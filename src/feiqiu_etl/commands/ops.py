@@ -15,7 +15,7 @@ from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.config.app_config import AppConfig
 from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
 from feiqiu_etl.runs import registry
-from feiqiu_etl.textsafe import terminal_json
+from feiqiu_etl.textsafe import escape, terminal_json
 
 def dsn_option(fn):
     fn = click.option("--demo", is_flag=True, help="the demo's database (feiqiu_demo) on the embedded server")(fn)
@@ -132,7 +132,7 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     from feiqiu_etl.alerts.record import alert_lines
 
     for line in alert_lines(run.get("alerts") or []):
-        click.echo(line)
+        click.echo(escape(line))
 
 
 @click.command()
