@@ -18,7 +18,9 @@ Stored data is kept as it came (it is evidence); it is escaped where it is shown
 
 :func:`redact_url` is the one function that takes secrets out of a URL before it is stored or shown (a run's
 arguments, ``plan``, ``config show``, logs, errors): the password of the user info and the value of every
-query parameter whose name looks like a secret (:data:`SECRET_PARAM`). ``redact_dsn`` uses it for DSN URIs.
+query parameter whose name looks like a secret (:data:`SECRET_PARAM`). ``redact_dsn`` uses it for DSN URIs, the
+alerts for Apprise URLs (whose path, and often host, is the secret: ``secret_path``, ``secret_host``);
+:func:`url_secrets` lists the same secrets for scrubbing them from an error text.
 """
 
 from __future__ import annotations
