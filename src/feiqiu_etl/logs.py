@@ -14,7 +14,7 @@ could hold them.
 
 A record is one line, and text from outside in it (an upstream ``msg``, a database error) can neither move the
 cursor, set the title nor forge a line: the text format writes its control characters as visible escapes
-(:func:`feiqiu_etl.textsafe.escape`: ``\x1b[2J``, ``\n``), the JSON format as JSON escapes
+(:func:`feiqiu_etl.textsafe.escape`: ``\\x1b[2J``, ``\\n``), the JSON format as JSON escapes
 (:func:`feiqiu_etl.textsafe.terminal_json`, so a log shipper reads the original text). A traceback (``-vv``)
 joins the line the same way. The stored log keeps the text as it came; ``show`` escapes it.
 """
