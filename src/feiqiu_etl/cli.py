@@ -19,6 +19,7 @@ import click
 from feiqiu_etl import logs
 from feiqiu_etl.config.app_config import ConfigError, load_env_file
 from feiqiu_etl.flowcli import UsageFailure, database
+from feiqiu_etl.textsafe import escape, terminal_json
 
 MAX_TIMEOUT = 30 * 86400.0
 
@@ -93,24 +94,11 @@ def _dotenv_names() -> set[str]:
 
 
 def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
-    """The command's parameters for the run record: the token never, a DSN without its password."""
-    from feiqiu_etl.db.connection import redact_dsn
+    """The command's parameters for the run record: the token never, a DSN without its password, the API
+    base without its secrets (:func:`feiqiu_etl.runs.registry.redact_args`)."""
+    from feiqiu_etl.runs.registry import redact_args
 
-    out = {}
-    for key, value in params.items():
-        if key == "token":
-            out[key] = "***" if value else None
-        elif key == "dsn" and value:
-            out[key] = redact_dsn(value)
-        elif key == "api_base" and value:
-            from feiqiu_etl.api.client import redact_url
-
-            out[key] = redact_url(value)
-        elif isinstance(value, tuple):
-            out[key] = list(value)
-        else:
-            out[key] = value
-    return out
+    return redact_args(params)
 
 
 def use_alerts(path: str | None) -> None:
@@ -127,7 +115,7 @@ def use_alerts(path: str | None) -> None:
 def _emit(result, as_json: bool) -> None:
     data = result.to_dict()
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(terminal_json(data))
         return
     from feiqiu_etl.report import render_summary
 
@@ -135,7 +123,7 @@ def _emit(result, as_json: bool) -> None:
     if data.get("alerts"):
         from feiqiu_etl.alerts.record import alert_lines
 
-        click.echo("\n".join(alert_lines(data["alerts"])), err=True)
+        click.echo("\n".join(escape(line) for line in alert_lines(data["alerts"])), err=True)
 
 
 pipeline_options = [
@@ -296,7 +284,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
             result = plan_run(inputs, conn)
     data = result.to_dict()
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(terminal_json(data))
         return
     from feiqiu_etl.report import render_plan
 
@@ -406,19 +394,23 @@ def _fleet_tokens(path: str) -> tuple[dict, tuple]:
                                                 "for sql); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
+@click.option("--timeout", type=click.FloatRange(0.001, 86400), envvar="SQL_TIMEOUT", default=60.0,
+              show_default=True, help="sql.timeout: cancel the statement after this many seconds (env SQL_TIMEOUT)")
 @click.pass_context
-def sql(ctx, query, dsn, demo, as_json) -> None:
+def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
 
     On the embedded server it logs in as the role feiqiu_reader, which can only read (the database's schemas):
-    it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
-    role that can run programs or write files on the server (a superuser, pg_execute_server_program,
-    pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
-    statement is refused) inside a READ ONLY transaction (so nothing can be written)."""
+    it can neither write, run programs nor read or write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
+    role that is, or can become (SET ROLE, any membership, inherited or not), a superuser or a member of
+    pg_execute_server_program, pg_read_server_files or pg_write_server_files is refused. The statement is sent
+    as a prepared statement (so a second statement is refused) inside a READ ONLY transaction that is rolled
+    back (so nothing is written and no NOTIFY is sent), and cancelled after --timeout seconds (exit 2)."""
     import psycopg
 
-    from feiqiu_etl.db.connection import check_read_only_role, connect, scrub
+    from feiqiu_etl.db.connection import connect, scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.db.reader_session import KEEPALIVE, StatementTimeout, bound_session, role_problem, run_statement
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
@@ -435,19 +427,19 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
 
     with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare) as real_dsn:
         try:
-            with connect(real_dsn) as conn:
-                problem = check_read_only_role(conn)
+            with connect(real_dsn, **KEEPALIVE) as conn:
+                problem = role_problem(conn)
                 if problem:
                     raise UsageFailure(problem)
-                conn.rollback()
-                conn.read_only = True
-                cur = conn.execute(query, prepare=True)
-                columns = [d.name for d in cur.description or []]
-                rows = cur.fetchall() if cur.description else []
+                bound_session(conn, timeout)
+                result = run_statement(conn, query, timeout)
+        except StatementTimeout as exc:
+            raise UsageFailure(str(exc)) from None
         except psycopg.Error as exc:
             raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
+    columns, rows = result.columns, result.rows
     if as_json:
-        click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
+        click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
         return
     from feiqiu_etl.report import render_rows
 
@@ -479,7 +471,7 @@ def tasks_cmd(connector_path, as_json) -> None:
         "min_gap": connector.min_gap(t.gap_class), "pipeline_defaults": dict(t.pipeline),
     } for t in connector.tasks]
     if as_json:
-        click.echo(json.dumps({"connector": connector.name, "tasks": rows}, ensure_ascii=False))
+        click.echo(terminal_json({"connector": connector.name, "tasks": rows}))
         return
     from feiqiu_etl.report import render_tasks
 
@@ -506,6 +498,7 @@ def entry() -> None:
     try:
         main.main(standalone_mode=False)
     except click.ClickException as exc:
+        exc.message = escape(exc.message)  # it may quote text from outside (a file, the database): one line
         if _json_logs_asked():  # a log shipper reading --log-format json gets nothing but JSON
             from feiqiu_etl.logs import error_record
 
@@ -529,7 +522,7 @@ def entry() -> None:
         from feiqiu_etl import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
-        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        text = escape(" ".join(str(exc).split())[:400] or exc.__class__.__name__)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):
