@@ -28,8 +28,8 @@ from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.runs import registry
 from feiqiu_etl.statistics import RunStatistics
-from feiqiu_etl.web import queries
-from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL
+from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
 
@@ -145,7 +145,14 @@ async def login(request: Request) -> Response:
     if not web.security.origin_allowed(request):
         return JSONResponse({"error": "cross-site login refused"}, 403)
     form = await request.form()
-    sid = web.security.login(str(form.get("token") or ""))
+    address = client_address(request.scope)  # from here to the check: no await (one step, see security)
+    wait = web.security.throttle.wait(address)
+    if wait > 0:
+        response = await show_login(web, request, 429, error="Too many failed logins from your address: try again "
+                                                            f"in {retry_after(wait)} s.")
+        response.headers["Retry-After"] = retry_after(wait)
+        return response
+    sid = web.security.login(str(form.get("token") or ""), address)
     if sid is None:
         await asyncio.sleep(0.5)  # slows guessing down
         return await show_login(web, request, 401, error="That is not the token this server was started with.")
@@ -306,16 +313,16 @@ def _error_handlers() -> dict:
 
 ROUTES = [
     Route("/", runs_page),
-    Route("/runs/{run_id}", run_page),
-    Route("/runs/{run_id}/timeline.svg", timeline_image),
+    Route("/runs/{run_id:run_id}", run_page),
+    Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
     Route("/live", live_page),
     Route("/freshness", freshness_page),
     Route("/login", login, methods=["GET", "POST"]),
     Route("/logout", logout, methods=["POST"]),
     Route("/api/runs", api_runs),
-    Route("/api/runs/{run_id}", api_run),
-    Route("/api/runs/{run_id}/requests", api_requests),
-    Route("/api/runs/{run_id}/cancel", api_cancel, methods=["POST"]),
+    Route("/api/runs/{run_id:run_id}", api_run),
+    Route("/api/runs/{run_id:run_id}/requests", api_requests),
+    Route("/api/runs/{run_id:run_id}/cancel", api_cancel, methods=["POST"]),
     Route("/api/status", api_status),
     Route("/api/status/schema", api_status_schema),
     Route("/api/status/stream", api_stream),
