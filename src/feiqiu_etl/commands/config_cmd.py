@@ -41,6 +41,7 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     except (ConfigError, ConnectorError, FleetError) as exc:
         raise UsageFailure(str(exc)) from None
     rows += _named(settings)
+    rows = [{**r, "value": _text(r["value"])} for r in rows]  # as it could be written in .env or --set
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False, default=str))
         return
@@ -50,7 +51,7 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     for col in ("key", "value", "source"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else str(r["value"]), r["source"])
+        table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else r["value"], r["source"])
     console = _console()
     console.print(table)
     for note in notes:
@@ -133,6 +134,10 @@ def _named(settings) -> list[dict]:
         {"key": "FEIQIU_WEB_TOKEN", "value": "set" if web_token else "not set", "source": source("web_token", "-")},
         {"key": "FEIQIU_ETL_HOME", "value": str(etl_home()), "source": settings.source("home")},
     ]
+
+
+def _text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else str(value)
 
 
 def _url(url: str) -> str:
