@@ -9,6 +9,7 @@ stderr. Secrets (the API token, DB passwords) are never printed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -60,14 +61,29 @@ def _setup_logging(verbose: int = 0, log_format: str | None = None) -> None:
     logs.setup(verbose + obj.get("verbose", 0), log_format or obj.get("log_format") or "text")
 
 
-def _parse_sets(pairs: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _collect_sets(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -> None:
+    """``--set KEY=VALUE`` (repeatable): into this command line's ``--set`` layer, as text."""
+    if ctx.resilient_parsing:
+        return
+    layer = _root_obj().setdefault("sets", {})
     for pair in pairs:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
             raise UsageFailure(f"--set expects KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
+        layer[key.strip()] = value.strip()
+
+
+def _collect_flag(key: str, ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """A settings flag (``--pipeline-rate-min 6``): into this command line's flags layer under ``key``, as
+    text; the settings model types and checks it."""
+    if value is not None and not ctx.resilient_parsing:
+        _root_obj().setdefault("flags", {})[key] = value
+
+
+def _layers() -> tuple[dict, dict]:
+    """``(--set layer, flags layer)`` this command line gave (``{dotted key: text}`` each)."""
+    obj = _root_obj()
+    return dict(obj.get("sets", {})), dict(obj.get("flags", {}))
 
 
 def _parse_ids(values: tuple[str, ...], flag: str) -> list[int]:
@@ -133,10 +149,6 @@ def _emit(result, as_json: bool) -> None:
     render_summary(data)
 
 
-def _param(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
-
-
 def flag_options(*keys: str):
     """The click options of the settings flags (declared on the settings model: :func:`setting_flags`), all of
     them or those of ``keys``. Their text goes to the model as it is: it is typed (and checked) only there."""
@@ -144,14 +156,15 @@ def flag_options(*keys: str):
         for flag, key, text in reversed(setting_flags()):
             if not keys or key in keys:
                 fn = click.option(flag, metavar="N" if key.endswith(("workers", "size")) else "SECONDS",
-                                  help=f"{text} ({key})")(fn)
+                                  help=f"{text} ({key})", expose_value=False,
+                                  callback=functools.partial(_collect_flag, key))(fn)
         return fn
     return apply
 
 
 pipeline_options = [
     flag_options(),
-    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=_collect_sets,
                  help="any setting, e.g. pipeline.ods_group_package.rate_min=9 (repeatable)"),
     click.option("--unsafe-gaps", is_flag=True,
                  help="allow gaps below the upstream's documented minimum (e.g. against a simulator started "
@@ -163,12 +176,6 @@ def with_pipeline_options(fn):
     for option in reversed(pipeline_options):
         fn = option(fn)
     return fn
-
-
-def _overrides(p: dict) -> tuple[dict, dict]:
-    """``(--set keys, flag keys)`` of a command's parameters ``p``: two layers of the settings model."""
-    flags = {key: p[_param(flag)] for flag, key, _ in setting_flags() if p.get(_param(flag)) is not None}
-    return _parse_sets(p.get("sets") or ()), flags
 
 
 run_options = [
@@ -201,7 +208,7 @@ def with_run_options(fn):
 def _run_options(p: dict, timeout: float | None = None, wait_for_lane: float | None = None):
     from feiqiu_etl.plan import RunOptions
 
-    sets, flags = _overrides(p)
+    sets, flags = _layers()
     return RunOptions(
         api_base=p.get("api_base"), token=p.get("token"), dsn=p.get("dsn"), flags=flags, overrides=sets,
         site_ids=_parse_ids(p.get("site_ids") or (), "--site-id"),
@@ -293,16 +300,17 @@ def plan(as_json, verbose, log_format, **p) -> None:
 @click.option("--days", type=click.IntRange(1, 31), default=3, show_default=True,
               help="days of simulated history to load")
 @flag_options("pipeline.workers", "pipeline.batch_size")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="any setting (repeatable)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=_collect_sets,
+              help="any setting (repeatable)")
 @click.option("--no-dwd", is_flag=True, help="load ODS only")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @common_options
-def demo(dsn, seed, scale, days, sets, no_dwd, as_json, verbose, log_format, **p) -> None:
+def demo(dsn, seed, scale, days, no_dwd, as_json, verbose, log_format) -> None:
     """Start PostgreSQL and the simulator, load every task with demo-sized gaps, print a summary."""
     _setup_logging(verbose, log_format)
     from feiqiu_etl.demo import run_demo
 
-    overrides, flags = _overrides({**p, "sets": sets})
+    overrides, flags = _layers()
     result = run_demo(dsn=dsn, seed=seed, scale=scale, days=days, overrides=overrides, load_dwd=not no_dwd,
                       quiet=as_json, flags=flags)
     _emit(result, as_json)

@@ -341,11 +341,16 @@ def read_layer(source: Source, raw: Mapping[str, Any], tasks: frozenset[str] | N
         if key in NAMED.values() and (named or source in (Source.DOTENV, Source.ENVIRONMENT, Source.LANE)):
             values[key] = _typed_named(key, value)
             continue
-        owner = _owner(key, tasks)
+        owner, name = _owner(key, tasks), key.rsplit(".", 1)[-1]
         if owner is None:
             raise ConfigError(f"unknown configuration key {key!r} (known: {', '.join(GLOBAL_KEYS)}, "
                               "or pipeline.<task_code>.<key>)")
-        values[key] = _typed(key, owner, value)
+        if isinstance(value, bool):  # YAML's `true` is no number
+            raise ConfigError(_scoped(key, f"{key}: expected a number, got {value!r}"))
+        try:  # text becomes typed here: the field's type and bounds
+            values[key] = getattr(owner.model_validate({name: value}), name)
+        except ValidationError as exc:
+            raise ConfigError(_scoped(key, _problem(key, exc.errors()[0]))) from None
     return Layer(source, label or source.label, values)
 
 
@@ -376,16 +381,6 @@ def _owner(key: str, tasks: frozenset[str] | None) -> type[BaseModel] | None:
             and (tasks is None or parts[1] in tasks):
         return PipelineKeys
     return None
-
-
-def _typed(key: str, owner: type[BaseModel], value: Any) -> Any:
-    name = key.rsplit(".", 1)[1]
-    if isinstance(value, bool):  # YAML's `true` is no number
-        raise ConfigError(_scoped(key, f"{key}: expected a number, got {value!r}"))
-    try:
-        return getattr(owner.model_validate({name: value}), name)
-    except ValidationError as exc:
-        raise ConfigError(_scoped(key, _problem(key, exc.errors()[0]))) from None
 
 
 def _typed_named(name: str, value: Any) -> Any:
