@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from feiqiu_etl.config import ConfigError, load_settings, read_dotenv
@@ -41,9 +41,23 @@ def value_of(key: str):
     return st.floats(0, 40).map(lambda x: round(x, 3))
 
 
-def entries(levels: tuple[str, ...], keys=tuple(BUILT_IN)):
-    """Some ``(level, key) -> value`` of one layer."""
-    return st.fixed_dictionaries({}, optional={(level, key): value_of(key) for level in levels for key in keys})
+KEYS = ("workers", "batch_size", "batch_timeout", "rate_min", "rate_max")  # few, so that layers collide often
+
+
+def entries(levels: tuple[str, ...], keys=KEYS):
+    """A few ``(level, key) -> value`` of one layer."""
+    pairs = [(level, key) for level in levels for key in keys]
+    return st.lists(st.sampled_from(pairs), max_size=3, unique=True).flatmap(
+        lambda chosen: st.fixed_dictionaries({pair: value_of(pair[1]) for pair in chosen}))
+
+
+LAYER_NAMES = {"connector": "connector", "dotenv": ".env", "environment": "environment", "set": "--set",
+               "flag": "flag", "lane": "fleet lane north"}
+
+
+def only(**layers) -> dict:
+    """Explicit layers by short name (``dotenv``, ``set``, ``lane`` …), the others empty."""
+    return {full: layers.get(short, {}) for short, full in LAYER_NAMES.items()}
 
 
 LAYERS = st.fixed_dictionaries({
@@ -107,6 +121,13 @@ def build(layers: dict, bases: dict, env_separator: str, dotenv_separator: str):
 @settings(max_examples=150, deadline=None)
 @given(layers=LAYERS, bases=BASES, env_separator=st.sampled_from([".", "__"]),
        dotenv_separator=st.sampled_from([".", "__"]))
+@example(layers=only(dotenv={("global", "workers"): 3}, environment={("global", "workers"): 4},
+                     set={("global", "workers"): 5}, flag={("global", "workers"): 6}),
+         bases={".env": "http://a:1", "environment": "http://b:2"}, env_separator="__", dotenv_separator=".")
+@example(layers=only(connector={("task", "rate_min"): 8.5}, dotenv={("task", "rate_min"): 9.0},
+                     lane={("global", "rate_min"): 30.0, ("global", "rate_max"): 40.0}),
+         bases={"fleet file": "http://a:1", "flag": "http://b:2", "fleet lane north": "https://c"},
+         env_separator=".", dotenv_separator="__")
 def test_the_override_order_holds_across_every_layer(layers, bases, env_separator, dotenv_separator):
     lane = build(layers, bases, env_separator, dotenv_separator)
     want = {key: expected(layers, key) for key in BUILT_IN}
