@@ -158,6 +158,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **sources: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Only the merged layers given to the constructor: :func:`load_settings` reads the environment and
+        ``.env`` itself, with the rules pydantic-settings has no place for (an unknown name in ``.env`` is an
+        error, in the real environment it is ignored; task-level names; the source of each value)."""
+        return (init_settings,)
+
     pipeline: PipelineSection = PipelineSection()
     dwd: DwdSection = DwdSection()
     window: WindowSection = WindowSection()
@@ -272,42 +280,35 @@ class Layer:
     values: Mapping[str, Any]
 
 
-class _LayerSource(PydanticBaseSettingsSource):
-    """A :class:`Layer` as a pydantic-settings source (nested like the model)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], layer: Layer):
-        super().__init__(settings_cls)
-        self.layer = layer
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self().get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        nested: dict[str, Any] = {}
-        for key, value in self.layer.values.items():
-            path = key.split(".")
-            if len(path) == 3:
-                path = [path[0], "tasks", path[1], path[2]]
-            node = nested
-            for part in path[:-1]:
-                node = node.setdefault(part, {})
-            node[path[-1]] = value
-        return nested
-
-
 def _build(layers: tuple[Layer, ...], tasks: frozenset[str] | None) -> Settings:
-    """The model from ``layers``: pydantic-settings merges them, highest :class:`Source` first; the source of
-    each value is the highest layer that has it (the same order)."""
-    ordered = sorted(layers, key=lambda layer: layer.source, reverse=True)
+    """The model from ``layers``: the highest :class:`Source` that has a key gives its value and its source
+    (one pass in that order: the override order between layers is this loop)."""
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for layer in sorted(layers, key=lambda layer: layer.source):
+        merged.update(layer.values)
+        sources.update(dict.fromkeys(layer.values, layer.label))
     try:
-        settings = Settings(_build_sources=(tuple(_LayerSource(Settings, layer) for layer in ordered), {}))
+        settings = Settings(**_nested(merged))
     except ValidationError as exc:  # every value was checked on reading: only a bug gets here
         raise ConfigError(_problem(None, exc.errors()[0])) from None
-    sources: dict[str, str] = {}
-    for layer in reversed(ordered):
-        sources.update(dict.fromkeys(layer.values, layer.label))
     settings._sources, settings._layers, settings._tasks = sources, layers, tasks
     return settings
+
+
+def _nested(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"pipeline.ods_x.rate_min": v}`` → ``{"pipeline": {"tasks": {"ods_x": {"rate_min": v}}}}`` (the model's
+    shape)."""
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        path = key.split(".")
+        if len(path) == 3:
+            path = [path[0], "tasks", path[1], path[2]]
+        node = nested
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return nested
 
 
 def load_settings(*, connector: Any = None, environ: Mapping[str, str] | None = None, dotenv: DotEnv = DotEnv(),
