@@ -22,7 +22,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from feiqiu_etl.config import ConfigError, load_settings, read_dotenv
-from feiqiu_etl.pipeline.config import PipelineConfig
 
 TASK = "ODS_MEMBER"
 ORDER = ["default", "connector", "fleet file", ".env", "environment", "--set", "flag", "fleet lane north"]

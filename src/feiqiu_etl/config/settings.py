@@ -282,33 +282,24 @@ class Layer:
 
 def _build(layers: tuple[Layer, ...], tasks: frozenset[str] | None) -> Settings:
     """The model from ``layers``: the highest :class:`Source` that has a key gives its value and its source
-    (one pass in that order: the override order between layers is this loop)."""
+    (one pass in that order: the override order between layers is this loop). Dotted keys become the model's
+    shape on the way (``pipeline.ods_x.rate_min`` → ``pipeline`` / ``tasks`` / ``ods_x`` / ``rate_min``)."""
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for layer in sorted(layers, key=lambda layer: layer.source):
-        merged.update(layer.values)
-        sources.update(dict.fromkeys(layer.values, layer.label))
+        for key, value in layer.values.items():
+            sources[key] = layer.label
+            path = key.split(".")
+            node = merged
+            for part in (path[:1] + ["tasks", path[1]] if len(path) == 3 else path[:-1]):
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
     try:
-        settings = Settings(**_nested(merged))
+        settings = Settings(**merged)
     except ValidationError as exc:  # every value was checked on reading: only a bug gets here
         raise ConfigError(_problem(None, exc.errors()[0])) from None
     settings._sources, settings._layers, settings._tasks = sources, layers, tasks
     return settings
-
-
-def _nested(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"pipeline.ods_x.rate_min": v}`` → ``{"pipeline": {"tasks": {"ods_x": {"rate_min": v}}}}`` (the model's
-    shape)."""
-    nested: dict[str, Any] = {}
-    for key, value in values.items():
-        path = key.split(".")
-        if len(path) == 3:
-            path = [path[0], "tasks", path[1], path[2]]
-        node = nested
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return nested
 
 
 def load_settings(*, connector: Any = None, environ: Mapping[str, str] | None = None, dotenv: DotEnv = DotEnv(),
