@@ -4,7 +4,6 @@ environment, ``--set``, flag, or a fleet lane — as the settings model has them
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -43,7 +42,9 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     rows += _named(settings)
     rows = [{**r, "value": _text(r["value"])} for r in rows]  # as it could be written in .env or --set
     if as_json:
-        click.echo(json.dumps(rows, ensure_ascii=False, default=str))
+        from feiqiu_etl.textsafe import terminal_json
+
+        click.echo(terminal_json(rows))
         return
     from feiqiu_etl.report import _compact, _console
 
@@ -141,6 +142,6 @@ def _text(value) -> str:
 
 
 def _url(url: str) -> str:
-    from feiqiu_etl.api.client import redact_url
+    from feiqiu_etl.textsafe import redact_url
 
     return redact_url(url)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import os
+import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -141,6 +142,10 @@ class RunSection(_Section):
                                                                   "whose process is gone is INTERRUPTED")
 
 
+class SqlSection(_Section):
+    timeout: float = Field(60.0, ge=0.001, le=86400, description="s one `feiqiu-etl sql` statement may run")
+
+
 class ProgressSection(_Section):
     heartbeat_seconds: float = Field(30.0, ge=0, le=86400, description="without a terminal, a progress line this "
                                                                         "often, s (0 = never)")
@@ -175,6 +180,7 @@ class Settings(BaseSettings):
     db: DbSection = DbSection()
     run: RunSection = RunSection()
     progress: ProgressSection = ProgressSection()
+    sql: SqlSection = SqlSection()
     api_token: SecretStr | None = Field(None, json_schema_extra=_named("FEIQIU_API_TOKEN", "--token"))
     api_base: str | None = Field(None, json_schema_extra=_named("FEIQIU_API_BASE", "--api-base"))
     db_dsn: SecretStr | None = Field(None, json_schema_extra=_named("ETL_DB_DSN", "--dsn"))
@@ -250,7 +256,7 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""
@@ -353,7 +359,7 @@ def _environment(environ: Mapping[str, str], dotenv: DotEnv, tasks: frozenset[st
     found: dict[Source, dict[str, str]] = {Source.DOTENV: {}, Source.ENVIRONMENT: {}}
     for name, value in environ.items():
         key = NAMED.get(name) or env_to_key(name)
-        if key is None or name in NAMED and not value.strip():
+        if key is None or name in NAMED and not value:
             continue
         if name not in NAMED and _owner(key, tasks) is None:
             if name in dotenv.defined and not name.upper().startswith("API_"):
@@ -376,8 +382,11 @@ def _owner(key: str, tasks: frozenset[str] | None) -> type[BaseModel] | None:
 
 
 def _typed_named(name: str, value: Any) -> Any:
-    adapter = TypeAdapter(Settings.model_fields[name].annotation)
-    text = str(value).strip()
+    """A named field's value; a secret exactly as given (its own rules judge it, e.g. the web token's), other
+    text without surrounding blanks; an empty value is no value."""
+    annotation = Settings.model_fields[name].annotation
+    adapter = TypeAdapter(annotation)
+    text = str(value) if SecretStr in typing.get_args(annotation) else str(value).strip()
     try:
         return adapter.validate_python(text or None)
     except ValidationError as exc:
