@@ -4,7 +4,6 @@ environment, ``--set``, flag, or a fleet lane — as the settings model has them
 
 from __future__ import annotations
 
-
 import click
 
 from feiqiu_etl.cli import _run_options, _setup_logging, common_options, with_run_options
