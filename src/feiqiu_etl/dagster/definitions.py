@@ -32,7 +32,6 @@ from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
 from feiqiu_etl.plan.model import Secret
 
-DSN_ENV = "ETL_DB_DSN"
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_WAIT_FOR_LANE = 6 * 3600.0
@@ -44,7 +43,7 @@ DWD_KEY = dg.AssetKey(["feiqiu", "dwd"])
 LANE_TAG = "feiqiu/lane"
 _RUN_OPTION_FIELDS = {f.name for f in dataclasses.fields(RunOptions)}
 _OWNED_OPTIONS = {"fleet_path", "lanes", "stores", "load_dwd", "dwd_only", "token", "site_ids", "environ",
-                  "api_base", "overrides", "unsafe_gaps", "wait_for_lane", "connector_path"}
+                  "api_base", "overrides", "unsafe_gaps", "wait_for_lane", "connector_path", "dsn", "dotenv"}
 
 
 class FleetDefinitionsError(ValueError):
@@ -78,18 +77,14 @@ class FleetSettings:
         return os.environ if self.environ is None else self.environ
 
     def options(self, **kw: Any) -> RunOptions:
-        """The :class:`RunOptions` of one materialization (``kw``: lanes/stores/load_dwd/dwd_only)."""
-        return RunOptions(fleet_path=self.fleet_path, api_base=self.api_base, connector_path=self.connector_path,
-                          overrides=dict(self.overrides), unsafe_gaps=self.unsafe_gaps,
-                          wait_for_lane=self.wait_for_lane, environ=dict(self.env()), **dict(self.run_options), **kw)
-
-    def database(self) -> str:
-        dsn = self.dsn or self.env().get(DSN_ENV)
-        if not dsn:
-            raise dg.Failure(f"no database: set {DSN_ENV} in the environment of the code location (or pass dsn= "
-                             "to build_definitions); Dagster steps never start an embedded server",
-                             allow_retries=False)
-        return dsn
+        """The :class:`RunOptions` of one materialization (``kw``: lanes/stores/load_dwd/dwd_only). Its settings
+        are built as the CLI builds them (:func:`feiqiu_etl.config.load_settings`): ``dsn``, ``api_base`` and
+        ``overrides`` take the places of ``--dsn``, ``--api-base`` and ``--set``; the step's environment
+        (``ETL_DB_DSN``, ``FEIQIU_API_BASE``, ``PIPELINE_*`` …) is read in the same order as the CLI's."""
+        return RunOptions(fleet_path=self.fleet_path, api_base=self.api_base, dsn=self.dsn,
+                          connector_path=self.connector_path, overrides=dict(self.overrides),
+                          unsafe_gaps=self.unsafe_gaps, wait_for_lane=self.wait_for_lane, environ=dict(self.env()),
+                          **dict(self.run_options), **kw)
 
 
 @dataclass(frozen=True)
@@ -195,7 +190,7 @@ def _ods_asset(lane: LaneModel, settings: FleetSettings, pool: str) -> dg.Assets
             sites = [int(k) for k in context.partition_keys]
             _warn_unlimited_pool(context, pool)
             result = _run(context, settings.options(lanes=[lane.name], stores=sites, load_dwd=False),
-                          settings.database(), {"asset": f"feiqiu/ods/{lane.name}", "partitions": sites})
+                          {"asset": f"feiqiu/ods/{lane.name}", "partitions": sites})
             verdict = judge_ods(result, sites, fail_on_partial=settings.fail_on_partial)
             return _report(context, verdict, partitioned=True)
 
@@ -208,7 +203,7 @@ def _dwd_asset(settings: FleetSettings, upstream: list[dg.AssetKey]) -> dg.Asset
     @dg.asset(key=DWD_KEY, deps=upstream, group_name=DWD_GROUP, kinds={"postgres"}, automation_condition=condition,
               description="DWD layer (SCD2 dimensions, then facts) loaded from everything ODS holds")
     def _dwd(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        result = _run(context, settings.options(dwd_only=True), settings.database(), {"asset": "feiqiu/dwd"})
+        result = _run(context, settings.options(dwd_only=True), {"asset": "feiqiu/dwd"})
         return _report(context, judge_dwd(result), partitioned=False)
 
     return _dwd
@@ -283,10 +278,11 @@ class _ToDagsterLog(logging.Handler):
             pass
 
 
-def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args: dict):
+def _run(context: dg.AssetExecutionContext, options: RunOptions, args: dict):
     """One feiqiu-etl run in this process, in a worker thread, so that a Dagster termination (raised in this,
     the main, thread) becomes a graceful cancel: no new requests, what was fetched is written, the run is
-    recorded CANCELLED, and then the interruption propagates. A configuration error is a ``Failure``."""
+    recorded CANCELLED, and then the interruption propagates. A configuration error (no database among them:
+    a step never starts an embedded server) is a ``Failure``."""
     import click
 
     from feiqiu_etl.flowcli import execute_in_process
@@ -301,7 +297,7 @@ def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args:
 
     def work() -> None:
         try:
-            box["result"] = execute_in_process(options, dsn, token, command="dagster", args=args)
+            box["result"] = execute_in_process(options, None, token, command="dagster", args=args)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
             box["error"] = exc
         finally:

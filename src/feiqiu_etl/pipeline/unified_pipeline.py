@@ -82,7 +82,7 @@ class UnifiedPipeline:
         self.lane = lane or RequestScheduler()
         self.cancel_token = cancel_token or CancellationToken()
         self.logger = logger or logging.getLogger(__name__)
-        self.rate_limiter = rate_limiter or RateLimiter(config.rate_min, config.rate_max, clock=self.lane.clock)
+        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap, clock=self.lane.clock)
         self.tenant = tenant
         self.abortable = abortable
         self._run: _Run | None = None
