@@ -3,6 +3,8 @@
 Status rules (README "exit codes" says the same):
 
 * a **task**'s status is its pipeline's: FAILED (aborted) > CANCELLED > PARTIAL (some item failed) > SUCCESS;
+  DEADLINE when its lane reached its deadline before the task was done (stopped, or not started). A task run in
+  parts (a lane with a deadline: :func:`merge_parts`) takes the worst of its parts, DEADLINE below PARTIAL;
 * a **store** is FAILED when it was refused (40103), every task failed, or not one of its requests succeeded
   (nothing was loaded: a wrong URL, the upstream down); PARTIAL when some task is not SUCCESS; CANCELLED when
   the run was cancelled before it finished;
@@ -13,6 +15,10 @@ Status rules (README "exit codes" says the same):
   anything is not SUCCESS; else SUCCESS. So one forbidden store or one bad token in a fleet fails alone and
   the run is PARTIAL, while a single-store run refused by the upstream is FAILED (exit 4; every lane busy:
   exit 6), with or without DWD.
+
+**DEADLINE** (exit 9) is a whole — store, lane or run — whose parts all succeeded but some of which stopped at a
+lane's deadline: everything that ran is loaded, what was left is the next run's (not a failure). A failure
+anywhere makes it PARTIAL as before (the deadline is still in each lane's entry).
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from feiqiu_etl import exitcodes
+from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
 
-SUCCESS, PARTIAL, FAILED, CANCELLED = "SUCCESS", "PARTIAL", "FAILED", "CANCELLED"
+SUCCESS, PARTIAL, FAILED, CANCELLED, DEADLINE = "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "DEADLINE"
 EXIT_CODES = exitcodes.BY_STATUS
 EXIT_LANE_BUSY = exitcodes.LANE_BUSY
 EXIT_DATABASE = exitcodes.DATABASE_LOST
@@ -41,7 +48,41 @@ def combine(statuses: Iterable[str], *, cancelled: bool = False) -> str:
         return FAILED
     if all(s == SUCCESS for s in parts):
         return SUCCESS
+    if all(s in (SUCCESS, DEADLINE) for s in parts):
+        return DEADLINE
     return PARTIAL
+
+
+def task_status(parts: Iterable[str]) -> str:
+    """Status of a task run in parts: FAILED > CANCELLED > PARTIAL > DEADLINE > SUCCESS (the worst part)."""
+    order = (FAILED, CANCELLED, PARTIAL, DEADLINE)
+    found = set(parts)
+    return next((s for s in order if s in found), SUCCESS)
+
+
+def merge_parts(runs: list[TaskRun]) -> TaskRun:
+    """One task's runs of its parts (recent, owed, history) as ONE run, as a task run whole would report it:
+    counters summed, windows in time order, the first part's snapshot note, the owed details that earlier runs
+    left (not those the recent part deferred to the owed part), the worst status (:func:`task_status`). A task
+    skipped in every part is skipped with the first part's reason."""
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    result = PipelineResult(status=task_status(r.status for r in runs))
+    for r in runs:
+        result.merge(r.result)
+    ran = [r for r in runs if r.skipped is None]
+    recheck = [r.recheck for r in runs if r.recheck]
+    return TaskRun(
+        first.task_code, first.site_id, first.table, first.detail_table, result,
+        windows=sorted(w for r in runs for w in r.windows), snapshot_note=first.snapshot_note, lane=first.lane,
+        first_load=first.first_load,
+        owed_details=max(0, sum(r.owed_details for r in runs) - sum(r.deferred_details for r in runs)),
+        details_given_up=[p for r in runs for p in r.details_given_up],
+        skipped=None if ran else first.skipped,
+        recheck={"budget": sum(r["budget"] for r in recheck), "used": sum(r["used"] for r in recheck)}
+        if recheck else None,
+        schema_drift=[d for r in runs for d in r.schema_drift])
 
 
 @dataclass
@@ -85,6 +126,7 @@ class LaneResult:
     busy: bool = False
     status: str = SUCCESS
     statistics: LaneTotals | None = None
+    deadline: dict[str, Any] | None = None  # the deadline, what the plan said fits, and whether it was reached
 
     def finish(self, cancelled: bool) -> str:
         statuses = [s.finish(cancelled) for s in self.stores]
@@ -99,7 +141,7 @@ class LaneResult:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "status": self.status, "reason": self.reason,
                 "busy": self.busy, "stores": [s.to_dict() for s in self.stores],
-                **(self.statistics.to_dict() if self.statistics is not None else {})}
+                **(self.statistics.to_dict() if self.statistics is not None else {}), "deadline": self.deadline}
 
 
 @dataclass
@@ -145,6 +187,10 @@ class RunResult:
             for store in lane.stores:
                 if store.reason:
                     return f"store {store.site_id}: {store.reason}"
+        if self.status == DEADLINE:
+            reached = [lane for lane in self.lanes if (lane.deadline or {}).get("reached")]
+            return "; ".join(f"lane {lane.name}: deadline {lane.deadline['text']} reached, the rest is left for the "
+                             "next run" for lane in reached) or None
         return "cancelled" if self.status == CANCELLED else None
 
     @property

@@ -7,7 +7,8 @@ WHERE content_hash IS DISTINCT FROM … OR is_deleted``, which writes only new o
 how many were inserted and updated. Everything else is skipped (not rewritten).
 
 For tasks with Detail_Mode, inserted/updated parents become detail requests (not-yet-requested ids
-only) and are recorded in ``etl_meta.detail_pending`` in the same transaction, so a detail lost to a
+only; with ``defer_details`` none: they are only recorded, for a later part of the run) and are recorded in
+``etl_meta.detail_pending`` in the same transaction, so a detail lost to a
 failure, a cancel or a crash is retried by the next run. A detail that failed counts one attempt there
 (``attempts``, ``last_error``); after ``detail_max_attempts`` it is given up; one the upstream does not
 know (40401) leaves the list. A parent whose change consists only of fields that were not in its stored
@@ -100,8 +101,10 @@ class OdsWriter:
     connector: str
     detail_scope_follows_rows: bool = True
     detail_max_attempts: int = 5
+    defer_details: bool = False
     requested_details: set = field(default_factory=set)
     given_up: list = field(default_factory=list)
+    deferred: int = 0
     _statements: dict = field(default_factory=dict, repr=False)
 
     def bind(self, conn: psycopg.Connection) -> "OdsWriter":
@@ -111,10 +114,10 @@ class OdsWriter:
 
     def save_state(self) -> tuple:
         """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
-        return set(self.requested_details), len(self.given_up)
+        return set(self.requested_details), len(self.given_up), self.deferred
 
     def restore_state(self, saved: tuple) -> None:
-        requested, given_up = saved
+        requested, given_up, self.deferred = saved
         self.requested_details = set(requested)
         del self.given_up[given_up:]
 
@@ -277,7 +280,10 @@ class OdsWriter:
             if key in self.requested_details:
                 continue
             self.requested_details.add(key)
-            result.follow_ups.append(request)
+            if self.defer_details:  # owed for a later part of the run (a lane with a deadline: recent data first)
+                self.deferred += 1
+            else:
+                result.follow_ups.append(request)
             pending.append((self.connector, self.spec.code, row.site_id, key[1], Jsonb(row.record)))
         if pending:
             with self.conn.cursor() as cur:
