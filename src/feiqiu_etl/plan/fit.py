@@ -81,12 +81,13 @@ def lane_seconds(work: Iterable[Work], factor: float, overhead: float) -> float:
 
 def pace_for(work: Sequence[Work], available: float, overhead: float) -> float:
     """The largest factor in [0, 1] at which ``work`` fits in ``available`` seconds (lane time is linear in the
-    factor, so this is exact for the estimates given): 1 when it fits at the configured gaps, 0 when it does not
-    fit even at the narrowest safe gaps."""
+    factor, so this is exact for the estimates given): 1 when it fits at the configured gaps — or when narrowing
+    would not shorten it (gaps already at or below their floors) — 0 when it does not fit even at the narrowest
+    safe gaps."""
     wide, narrow = lane_seconds(work, 1.0, overhead), lane_seconds(work, 0.0, overhead)
-    if wide <= available:
+    if wide <= available or wide - narrow < 1e-9:
         return 1.0
-    if narrow >= available or wide <= narrow:
+    if narrow >= available:
         return 0.0
     return (available - narrow) / (wide - narrow)
 
@@ -151,12 +152,14 @@ class LaneFit:
         head = (f"lane {lane}: {self.requests:,} requests planned: {_hours(self.seconds)} at the configured gaps, "
                 f"{_hours(self.seconds_narrowest)} at the narrowest safe gaps ({safe}); {_hours(self.available)} "
                 f"until the deadline {until}")
-        if not self.narrowed:
-            head += ": it fits, the gaps stay as configured"
-        elif self.pace > 0:
+        if self.narrowed and self.pace > 0:
             head += f": narrowing the gaps toward the safe floors (pace {self.pace:.2f}) to fit"
-        else:
+        elif self.narrowed:
             head += ": narrowing the gaps to the safe floors, and still not everything fits"
+        elif self.seconds <= self.available:
+            head += ": it fits, the gaps stay as configured"
+        else:
+            head += ": not everything fits (the gaps cannot narrow: none is above its safe floor)"
         out = [head]
         for s in self.stores:
             what = "fits" if s.fits else "left for the next night: " + "; ".join(s.left)

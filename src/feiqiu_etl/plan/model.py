@@ -206,7 +206,16 @@ class LanePlan:
                 "estimate": {"requests": self.estimate_requests, "seconds": round(self.estimate_seconds, 1)},
                 "deadline": None if self.deadline is None else {
                     "text": self.deadline.text, "at": self.deadline_at.isoformat() if self.deadline_at else None,
-                    "fit": self.fit.to_dict() if self.fit is not None else None}}
+                    "fit": self.fit.to_dict() if self.fit is not None else None,
+                    "summary": self.fit.lines(self.name, self.until()) if self.fit is not None else []}}
+
+    def until(self) -> str:
+        """The deadline as a person reads it: ``06:00 (06:00:00)``, ``45m (21:14:07)``."""
+        from feiqiu_etl.deadline import shown
+
+        if self.deadline is None or self.deadline_at is None:
+            return "-"
+        return f"{self.deadline.text} ({shown(self.deadline_at)})"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from typing import Callable
 
 from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.api.errors import AuthError, SiteForbiddenError
-from feiqiu_etl.deadline import shown
 from feiqiu_etl.pipeline.models import PipelineRequest
 from feiqiu_etl.pipeline.pace import Pace
 from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler
@@ -146,10 +145,9 @@ class LaneRunner:
         if plan.deadline is None or plan.deadline_at is None:
             return
         left = (plan.deadline_at - datetime.now(timezone.utc)).total_seconds()
-        self._deadline = self._started + left
         self.token.cancel_after(left, "deadline")
         fit = fit_lane(plan, max(0.0, left))
-        lines = fit.lines(plan.name, f"{plan.deadline.text} ({shown(plan.deadline_at)})")
+        lines = fit.lines(plan.name, plan.until())
         level = logging.INFO if fit.fits and not fit.narrowed else logging.WARNING
         for line in lines:
             self.log.log(level, "%s", line, extra={"lane": plan.name})
@@ -158,6 +156,7 @@ class LaneRunner:
             self.pace.set(fit.pace)
         self.result.deadline = {"text": plan.deadline.text, "at": plan.deadline_at.isoformat(), "reached": False,
                                 "fit": fit.to_dict()}
+        self._deadline = self._started + left  # from now on the run's loop keeps the pace
 
     def _update_pace(self, now: float) -> None:
         """Keep the pace that meets the deadline with the work left (called about twice a second)."""

@@ -216,7 +216,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "connector": self.connector, "status": self.status, "exit_code": self.exit_code,
-            "error": self.error or (self.first_reason() if self.status == FAILED else None),
+            "error": self.error or (self.first_reason() if self.status in (FAILED, DEADLINE) else None),
             "started_at": self.started_at, "finished_at": self.finished_at,
             "lanes": [lane.to_dict() for lane in self.lanes], "tasks": [t.to_dict() for t in self.tasks],
             "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(), "alerts": self.alerts,
