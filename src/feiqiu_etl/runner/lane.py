@@ -183,14 +183,13 @@ class LaneRunner:
         """Each store's runs of its parts merged into one per task (plan order); stopped by the deadline, the
         tasks stopped or not started are DEADLINE, and the lane says what was left."""
         reached = self.token.reason == "deadline" and not self.rt.tasks.cancel_token.is_cancelled
-        if self.result.deadline is not None and reached:
-            work, _ = self._remaining_work()
-            self.result.deadline["left_requests"] = sum(w.requests for w in work)
+        left = 0
         for store in self._stores:
             runs: dict[str, list[TaskRun]] = {}
-            for run in store.done:
-                if reached and run.status == CANCELLED:
+            for (_, task), run in zip(store.schedule, store.done):
+                if reached and run.status in (CANCELLED, DEADLINE):
                     run.result.status, run.result.cancelled = DEADLINE, False
+                    left += max(0, task.estimate.requests - run.result.total_requests)
                 runs.setdefault(run.task_code, []).append(run)
             with self._lock:
                 store.result.tasks = [merge_parts(runs[t.code]) for t in self.plan.tasks_of(store.plan.site_id)
@@ -198,6 +197,8 @@ class LaneRunner:
                 store.closed = True
         if self.result.deadline is not None:
             self.result.deadline["reached"] = reached
+            if reached:
+                self.result.deadline["left_requests"] = left
             self.result.deadline["pace"] = round(self.pace.factor, 3) if self.pace is not None else 1.0
 
     def stop(self, reason: str) -> None:
