@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import conninfo
+from userkit import python_for
 
 from feiqiu_etl.db.embedded import (
     READER, SECRET_FILE, SERVER_ACCOUNT, SOCKET_NAME, SUPERUSER, EmbeddedPostgres, EmbeddedServerError, etl_home,
@@ -163,8 +164,9 @@ def test_another_user_cannot_connect(fresh_home):
     try:
         dsns = [server.dsn("postgres"), server.dsn("postgres", user=READER),
                 conninfo.make_conninfo(server.dsn("postgres"), passfile=os.devnull)]
-        proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
-                               "-c", probe, *dsns], capture_output=True, text=True, timeout=60, cwd="/")
+        python, env = python_for("nobody")  # this checkout may be closed to nobody: userkit mirrors it then
+        proc = subprocess.run([*python, "-c", probe, *dsns], capture_output=True, text=True, timeout=60, cwd="/",
+                              env={**os.environ, **env})
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr
