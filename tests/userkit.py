@@ -71,7 +71,7 @@ def _mirror() -> list[Path]:
     base.chmod(0o755)
     atexit.register(shutil.rmtree, base, True)
     source = Path(feiqiu_etl.__file__).parent
-    _link_tree(source, base / "src" / source.name)
+    link_tree(source, base / "src" / source.name)
     _MIRROR.append(base / "src")
     sites: dict[Path, Path] = {}
     for dist in _required_distributions("feiqiu-etl"):
@@ -115,7 +115,8 @@ def _required_distributions(name: str) -> list[importlib.metadata.Distribution]:
     return list(seen.values())
 
 
-def _link_tree(source: Path, target: Path) -> None:
+def link_tree(source: Path, target: Path) -> None:
+    """Mirror the files of ``source`` (no ``__pycache__``) under ``target`` with :func:`_link`."""
     for folder, dirs, files in os.walk(source):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         for name in files:

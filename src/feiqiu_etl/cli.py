@@ -367,7 +367,12 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
     it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
     role that can run programs or write files on the server (a superuser, pg_execute_server_program,
     pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
-    statement is refused) inside a READ ONLY transaction (so nothing can be written)."""
+    statement is refused) inside a READ ONLY transaction (so nothing can be written).
+
+    Without --dsn the embedded server's data folder is <home>/pgdata (home: FEIQIU_ETL_HOME, else
+    /var/lib/feiqiu-etl as root, else ~/.local/share/feiqiu-etl); as root, when its account feiqiu_etl_pg
+    cannot enter the home (under /root, made by mktemp -d), /var/lib/feiqiu-etl/homes/<hash of the
+    home>/pgdata. `feiqiu-etl config show` prints which."""
     import psycopg
 
     from feiqiu_etl.db.connection import check_read_only_role, connect, scrub

@@ -60,11 +60,13 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     dsn = p.get("dsn")
     rows.append({"key": "ETL_DB_DSN", "value": redact_dsn(dsn) if dsn else "embedded server",
                  "source": source("dsn", "ETL_DB_DSN", "default")})
-    from feiqiu_etl.db.embedded import etl_home
+    from feiqiu_etl.db.embedded import describe_data_folder, etl_home
 
     rows.append({"key": "FEIQIU_ETL_HOME", "value": str(etl_home()),
                  "source": (".env" if "FEIQIU_ETL_HOME" in _dotenv_names() else "environment")
                  if "FEIQIU_ETL_HOME" in os.environ else "default"})
+    pgdata, where = describe_data_folder()  # as root, a home closed to the server account keeps it elsewhere
+    rows.append({"key": "embedded data folder", "value": str(pgdata), "source": where})
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False, default=str))
         return

@@ -17,7 +17,7 @@ from feiqiu_etl.db.embedded.binaries import bin_dir, server_bin_dir
 from feiqiu_etl.db.embedded.errors import EmbeddedServerError
 from feiqiu_etl.db.embedded.handles import HANDLE_LIST, repair_handle_list
 from feiqiu_etl.db.embedded.layout import (
-    HOME_ENV, PRODUCT_ROOT, ROOT_HOME, ServerLayout, etl_home, moved_home, resolve_layout,
+    HOME_ENV, PRODUCT_ROOT, ROOT_HOME, ServerLayout, describe_data_folder, etl_home, moved_home, resolve_layout,
 )
 from feiqiu_etl.db.embedded.passwords import READER, SECRET_FILE, SUPERUSER, scram_verifier
 from feiqiu_etl.db.embedded.reader import ensure_reader_role
@@ -31,7 +31,8 @@ __all__ = [
     "ACCEPTED_ACCOUNTS", "DEFAULT_DATABASE", "HANDLE_LIST", "HBA", "HOME_ENV", "PORT", "PRODUCT_ROOT", "READER",
     "ROOT_HOME", "SECRET_FILE", "SERVER_ACCOUNT", "SHARED_BUFFERS_MAX_MB", "SOCKET_NAME", "SOCKET_PATH_MAX",
     "START_TIMEOUT", "STOP_TIMEOUT", "SUPERUSER", "TMP_SOCKET_PREFIX", "EmbeddedPostgres", "EmbeddedServerError",
-    "ServerLayout", "ServerStatistics", "bin_dir", "create_database", "default_embedded", "ensure_reader_role",
+    "ServerLayout", "ServerStatistics", "bin_dir", "create_database", "default_embedded", "describe_data_folder",
+    "ensure_reader_role",
     "etl_home", "home_layout", "moved_home", "repair_handle_list", "resolve_layout", "scram_verifier",
     "server_bin_dir", "shared_buffers_mb", "temporary_server",
 ]

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from feiqiu_etl.db.embedded.account import Account, blocking_parent, can_enter, closed_to_others
+from feiqiu_etl.db.embedded.account import Account, blocking_parent, can_enter
 from feiqiu_etl.db.embedded.errors import EmbeddedServerError
 from feiqiu_etl.db.embedded.folders import make_home
 
@@ -90,7 +90,7 @@ def resolve_layout(home: Path, account: Account | None, *, as_root: bool | None 
     if enters:
         return ServerLayout(home, moved, "placed there when the server account could not enter the home")
     name = account.name if account is not None else "the server account"
-    where = f"{blocked}{closed_to_others(blocked)}" if blocked is not None else str(entry)
+    where = f"{blocked} (mode {stat.S_IMODE(blocked.stat().st_mode):04o})" if blocked is not None else str(entry)
     return ServerLayout(home, moved, f"{name} cannot enter {where}")
 
 
@@ -122,3 +122,14 @@ def record_home(layout: ServerLayout) -> None:
         os.replace(tmp, record)
     except OSError as exc:
         raise EmbeddedServerError(f"cannot write {record}: {exc.strerror or exc}") from None
+
+
+def describe_data_folder(home: Path | None = None) -> tuple[Path, str]:
+    """(data folder, why it is there: ``"<home>/pgdata"`` or ``"moved: <why>"``) of the embedded server of ``home``
+    (default :func:`etl_home`), for ``config show``. Creates nothing, not even the server account (without it,
+    mode bits decide)."""
+    from feiqiu_etl.db.embedded.account import existing_server_account
+
+    home = etl_home() if home is None else home
+    layout = resolve_layout(home, existing_server_account() if os.geteuid() == 0 else None)
+    return layout.pgdata, (f"moved: {layout.moved_because}" if layout.moved else f"<home>/{DATA_FOLDER}")

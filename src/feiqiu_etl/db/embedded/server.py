@@ -82,6 +82,8 @@ def postmaster(pgdata: Path) -> tuple[int, Path | None, str] | None:
         pid = int(lines[0])
     except (OSError, ValueError, IndexError):
         return None
+    if pid <= 0:  # a single-user backend (-pid) setting the password: no server to join
+        return None
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE or "postgres" not in proc.name():
@@ -218,14 +220,14 @@ class EmbeddedPostgres:
 
     def reader_dsn(self, database: str = DEFAULT_DATABASE) -> str:
         """DSN of the read-only role ``feiqiu_reader`` for ``database`` (created, or reset, and granted
-        SELECT on the database's schemas with ``default_transaction_read_only`` once per start, idempotently:
-        :func:`ensure_reader_role`). The role is
+        SELECT on the database's schemas with ``default_transaction_read_only`` once per start, idempotently,
+        one command at a time: :func:`ensure_reader_role`). The role is
         no superuser and has none of ``pg_execute_server_program``/``pg_write_server_files``, so it can
         neither run programs nor write files on the server (``COPY … TO PROGRAM`` / ``TO 'file'``)."""
         if not self._reader_ready:
             passwords = read_secrets(self._passfile)  # type: ignore[arg-type]
-            try:
-                with psycopg.connect(self.dsn(database), autocommit=True) as conn:
+            try:  # under the home's lock: two commands changing the role at once fail ("tuple concurrently updated")
+                with self._locked(), psycopg.connect(self.dsn(database), autocommit=True) as conn:
                     ensure_reader_role(conn, READER, passwords[READER])
             except psycopg.Error as exc:
                 raise EmbeddedServerError(f"embedded PostgreSQL: cannot prepare the read-only role: "
