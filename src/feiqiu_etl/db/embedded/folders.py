@@ -41,18 +41,24 @@ def make_dirs(path: Path, account: Account | None, *, private_mode: int) -> bool
             break
         probe = probe.parent
     folder = path
+    made = False
     try:
         for folder in reversed(missing):
-            os.mkdir(folder, 0o700)
+            try:
+                os.mkdir(folder, 0o700)
+            except FileExistsError:  # another command made it at the same moment: theirs to set up
+                made = False
+                continue
+            made = True
             if folder != path:
                 os.chmod(folder, 0o755 if account is None else 0o711)
     except OSError as exc:
         raise EmbeddedServerError(f"cannot create the folder {folder}: {exc.strerror or exc}") from None
     if not path.is_dir():
         raise EmbeddedServerError(f"{path} exists and is not a folder")
-    if missing:
+    if made:
         os.chmod(path, private_mode)
-    return bool(missing)
+    return made
 
 
 def make_home(path: Path, account: Account | None) -> bool:
