@@ -6,7 +6,8 @@ clone in ``/root`` or in a ``mktemp -d`` folder, as ``.ci/run`` may be started),
 :func:`python_for` mirrors what ``feiqiu_etl`` needs to run (the package and the distributions it requires,
 not the dev or Dagster extras) once per test session into a new 0755 folder in the temp dir, as hard links
 (copies across file systems), runs the base interpreter with it on ``PYTHONPATH``, and removes it at the end.
-Nothing here changes the mode of a folder it did not create.
+Nothing here changes the mode of a folder it did not create. :func:`private_tree` lists what grants others
+any access under a folder.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import pwd
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,17 @@ import feiqiu_etl
 
 ROOT = os.geteuid() == 0
 _MIRRORS: dict[str, tuple[list[str], dict[str, str]]] = {}
+
+
+def private_tree(root: Path) -> list[str]:
+    """Files and folders under ``root`` that grant any group or world access (``"<path> <mode>"``)."""
+    loose = []
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            st = os.lstat(Path(folder) / name)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                loose.append(f"{Path(folder) / name} {stat.S_IMODE(st.st_mode):04o}")
+    return loose
 
 
 def as_user(name: str) -> list[str]:

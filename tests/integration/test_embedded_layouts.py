@@ -40,7 +40,7 @@ from feiqiu_etl.db.embedded import (
 from feiqiu_etl.db.embedded.account import ensure_server_account, run_as
 from feiqiu_etl.db.embedded.binaries import bin_dir, private_copy
 from feiqiu_etl.db.embedded.server import postmaster
-from userkit import as_user, link_tree, python_for
+from userkit import as_user, link_tree, private_tree, python_for
 
 ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not ROOT, reason="needs root (a server account, switching users)")
@@ -202,16 +202,6 @@ def _changed(before: dict[Path, tuple[int, int, int]]) -> dict[Path, tuple[int, 
     return out
 
 
-def _private_tree(root: Path) -> list[str]:
-    loose = []
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            st = os.lstat(Path(folder) / name)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
-                loose.append(f"{Path(folder) / name} {stat.S_IMODE(st.st_mode):04o}")
-    return loose
-
-
 PROBE = """\
 import os, socket, sys
 sock, pgdata = sys.argv[1:3]
@@ -230,7 +220,7 @@ attempt("read", lambda: open(os.path.join(pgdata, "PG_VERSION")).read())
 def _assert_private(pgdata: Path, socket_dir: Path, owner: int) -> None:
     """Another user can neither connect to the socket nor read the data folder (tried as nobody when the
     suite is root; else the modes that make it so)."""
-    assert _private_tree(pgdata) == [] and _private_tree(socket_dir) == []
+    assert private_tree(pgdata) == [] and private_tree(socket_dir) == []
     st = os.lstat(socket_dir)
     assert st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700
     assert os.lstat(pgdata).st_uid == owner and stat.S_IMODE(os.lstat(pgdata).st_mode) == 0o700

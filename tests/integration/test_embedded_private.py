@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import conninfo
-from userkit import python_for
+from userkit import private_tree as _private_tree, python_for
 
 from feiqiu_etl.db.embedded import (
     READER, SECRET_FILE, SERVER_ACCOUNT, SOCKET_NAME, SUPERUSER, EmbeddedPostgres, EmbeddedServerError, etl_home,
@@ -34,17 +34,6 @@ def _modes(path: Path) -> dict[Path, int]:
 
 def _server_uid() -> int:
     return pwd.getpwnam(SERVER_ACCOUNT).pw_uid if ROOT else os.geteuid()
-
-
-def _private_tree(root: Path) -> list[str]:
-    """Files and folders under ``root`` that grant any group or world access."""
-    loose = []
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            st = os.lstat(Path(folder) / name)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
-                loose.append(f"{Path(folder) / name} {stat.S_IMODE(st.st_mode):04o}")
-    return loose
 
 
 @pytest.fixture
