@@ -109,8 +109,7 @@ def closed(who):
     homes: list[Path] = []
     yield folder, homes
     for home in homes:
-        data = resolve_layout(home, None, as_root=False).pgdata
-        for pgdata in (data, moved_home(home) / "pgdata"):
+        for pgdata in (home / "pgdata", *([moved_home(home) / "pgdata"] if ROOT else [])):
             _stop_server(pgdata)
         if who.name == "root":
             shutil.rmtree(moved_home(home), ignore_errors=True)
@@ -118,7 +117,7 @@ def closed(who):
 
 
 def _stop_server(pgdata: Path) -> None:
-    running = postmaster(pgdata) if pgdata.exists() else None
+    running = postmaster(pgdata) if os.path.exists(pgdata) else None
     if running is not None:
         os.kill(running[0], signal.SIGINT)
         _gone(pgdata, 30)
