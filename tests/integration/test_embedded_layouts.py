@@ -107,13 +107,17 @@ def closed(who):
     folder = Path(tempfile.mkdtemp(prefix="feiqiu-closed-"))
     os.chown(folder, who.uid, who.gid)
     homes: list[Path] = []
-    yield folder, homes
-    for home in homes:
-        for pgdata in (home / "pgdata", *([moved_home(home) / "pgdata"] if ROOT else [])):
-            _stop_server(pgdata)
-        if who.name == "root":
-            shutil.rmtree(moved_home(home), ignore_errors=True)
-    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        yield folder, homes
+    finally:
+        try:
+            for home in homes:
+                for pgdata in (home / "pgdata", *([moved_home(home) / "pgdata"] if ROOT else [])):
+                    _stop_server(pgdata)
+                if who.name == "root":
+                    shutil.rmtree(moved_home(home), ignore_errors=True)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _stop_server(pgdata: Path) -> None:
