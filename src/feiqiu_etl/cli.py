@@ -1,9 +1,9 @@
 """Command line: ``feiqiu-etl run | plan | demo | runs | show | status | cancel | details | config | sql |
-tasks | simulate``.
+tasks | simulate | web | freshness | alerts test``.
 
 Exit codes (README lists every cause): 0 SUCCESS, 2 usage or configuration error (before any request),
 3 PARTIAL, 4 FAILED, 5 CANCELLED, 6 the token's lane is held by another run, 7 the database went away
-during the run, 130 a second Ctrl-C. With ``--json`` stdout carries exactly one JSON object; logs go to
+during the run, 8 stale data (``freshness --fail-stale``), 130 a second Ctrl-C. With ``--json`` stdout carries exactly one JSON object; logs go to
 stderr. Secrets (the API token, DB passwords) are never printed.
 """
 
@@ -113,6 +113,17 @@ def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def use_alerts(path: str | None) -> None:
+    """Validate the alerts file ``path`` and ``FEIQIU_ALERT_URLS`` and use them in this process; an invalid
+    one is a :class:`UsageFailure` (one line naming the file and the field, exit 2) before anything starts."""
+    from feiqiu_etl.alerts import AlertsConfigError, activate, load_alerts
+
+    try:
+        activate(load_alerts(path))
+    except AlertsConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
 def _emit(result, as_json: bool) -> None:
     data = result.to_dict()
     if as_json:
@@ -121,6 +132,10 @@ def _emit(result, as_json: bool) -> None:
     from feiqiu_etl.report import render_summary
 
     render_summary(data)
+    if data.get("alerts"):
+        from feiqiu_etl.alerts.record import alert_lines
+
+        click.echo("\n".join(alert_lines(data["alerts"])), err=True)
 
 
 pipeline_options = [
@@ -226,15 +241,18 @@ def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> No
               help="if another run holds a token's lane, wait up to this long (default: exit 6 at once)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @click.option("--no-progress", is_flag=True, help="no progress display or progress lines on stderr")
+@click.option("--alerts", "alerts_path", envvar="FEIQIU_ALERTS", type=click.Path(dir_okay=False), metavar="FILE",
+              help="alerts file (env FEIQIU_ALERTS): where to send alerts about this run (README \"Alerts\")")
 @common_options
 @click.pass_context
-def run(ctx, timeout, wait_for_lane, as_json, no_progress, verbose, log_format, **p) -> None:
+def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose, log_format, **p) -> None:
     """Run the flow: every lane (token) at once, each strictly serial, then DWD."""
     _setup_logging(verbose, log_format)
     from feiqiu_etl.flowcli import execute_flow
 
     options = _run_options(p, timeout, wait_for_lane)
-    args = _redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane})
+    use_alerts(alerts_path)
+    args = _redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane, "alerts": alerts_path})
     result = execute_flow(options, p.get("dsn"), command="run", args=args, progress=not no_progress)
     _emit(result, as_json)
     sys.exit(result.exit_code)

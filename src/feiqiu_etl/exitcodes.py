@@ -7,6 +7,7 @@ FAILED = 4           # aborted: invalid token, every store refused, upstream unr
 CANCELLED = 5        # Ctrl-C, SIGTERM, --timeout or feiqiu-etl cancel; a rerun completes the work
 LANE_BUSY = 6        # every lane of the run is held by another process (same token, same database)
 DATABASE_LOST = 7    # the database went away during the run and did not come back in time
+STALE = 8            # freshness --fail-stale: some scheduled store/task is older than the threshold
 HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
 
 BY_STATUS = {"SUCCESS": SUCCESS, "PARTIAL": PARTIAL, "FAILED": FAILED, "CANCELLED": CANCELLED}

@@ -126,6 +126,10 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     from feiqiu_etl.report import render_show
 
     render_show(run)
+    from feiqiu_etl.alerts.record import alert_lines
+
+    for line in alert_lines(run.get("alerts") or []):
+        click.echo(line)
 
 
 @click.command()

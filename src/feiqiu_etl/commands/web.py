@@ -48,9 +48,11 @@ def _listen(host: str, port: int) -> socket.socket:
               help="Freshness page: red when the last complete window or snapshot is older than this")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
               help="connector YAML whose tasks the Freshness page lists (default: the bundled Feiqiu connector)")
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
+              help="Freshness page: judge only the tasks each store of this fleet file is scheduled for")
 @dsn_option
 @common_options
-def web(host, port, auth_token, stale_hours, connector_path, dsn, demo, verbose, log_format) -> None:
+def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, demo, verbose, log_format) -> None:
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
     and the JSON API (README "The web page")."""
     _setup_logging(verbose, log_format)
@@ -68,15 +70,18 @@ def web(host, port, auth_token, stale_hours, connector_path, dsn, demo, verbose,
         connector = load_connector(connector_path)
     except (ConnectorError, OSError) as exc:
         raise UsageFailure(str(exc)) from None
+    from feiqiu_etl.commands.freshness_cmd import schedule_for
+
+    schedule = schedule_for(fleet_path, connector)
     sock = _listen(host, port)
     try:
-        _serve(sock, host, auth_token, stale_hours, connector, dsn, demo, verbose)
+        _serve(sock, host, auth_token, stale_hours, connector, dsn, demo, verbose, schedule)
     finally:
         sock.close()
 
 
 def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float, connector, dsn: str | None,
-           demo: bool, verbose: int) -> None:
+           demo: bool, verbose: int, schedule=None) -> None:
     import uvicorn
 
     from feiqiu_etl.config.app_config import AppConfig
@@ -91,7 +96,7 @@ def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float
             pass
         settings = WebSettings(
             dsn=real_dsn, token=token, host=host, connector=connector.name,
-            task_codes=tuple(t.code for t in connector.tasks), stale_hours=stale_hours,
+            task_codes=tuple(t.code for t in connector.tasks), schedule=schedule, stale_hours=stale_hours,
             run_stale_after=config.number("run.stale_after", float, minimum=2, maximum=86400),
             connect_timeout=config.number("db.connect_timeout", float, minimum=0.5, maximum=600))
         app = create_app(settings)

@@ -2,8 +2,9 @@
 
 ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key columns come from the
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
-``etl_meta`` holds run bookkeeping: runs, completed window segments and the earliest start ever planned
-incrementally (together: resume from the gaps) and detail requests still owed (retried on the next run).
+``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them), completed window segments and the
+earliest start ever planned incrementally (together: resume from the gaps) and detail requests still owed
+(retried on the next run).
 """
 
 from __future__ import annotations
@@ -127,6 +128,22 @@ CREATE TABLE IF NOT EXISTS etl_meta.snapshot_done (
     run_id       text NOT NULL,
     PRIMARY KEY (connector, task_code, site_id)
 );
+CREATE TABLE IF NOT EXISTS etl_meta.alert (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reason     text NOT NULL,
+    subject    text NOT NULL,
+    target     text NOT NULL,
+    run_id     text,
+    message_id text,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    sent_at    timestamptz,
+    ok         boolean,
+    error      text,
+    latency_s  double precision,
+    attempts   integer,
+    UNIQUE (reason, subject, target)
+);
+CREATE INDEX IF NOT EXISTS alert_run_idx ON etl_meta.alert (run_id) WHERE run_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
     lane_key    text PRIMARY KEY,
     run_id      text NOT NULL,

@@ -4,7 +4,7 @@ Order: record the run (``etl_meta.run``, RUNNING) → take every lane's cross-pr
 another process is refused, or waited for) → start :class:`~feiqiu_etl.runs.control.RunControl` (heartbeat,
 live status, remote cancel, stored log) → run all lanes at once, one thread each, every lane strictly
 serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
-(:mod:`.results`) → finish the record. The caller prepares the database (DDL, :func:`prepare_database`) and
+(:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`). The caller prepares the database (DDL, :func:`prepare_database`) and
 handles signals; everything else about a run happens here.
 """
 
@@ -141,6 +141,9 @@ class FlowRunner:
             self._record_end()
             logging.getLogger("feiqiu_etl").removeHandler(handler)
             self.guard.release()
+        from feiqiu_etl.alerts import after_run  # bounded by alerts.timeout_seconds; never raises
+
+        self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._connect)
         return self.result
 
     def _take_lanes(self) -> list[LaneRunner]:

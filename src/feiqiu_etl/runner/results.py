@@ -112,6 +112,7 @@ class RunResult:
     finished_at: str = ""
     error: str | None = None
     database_lost: bool = False
+    alerts: list[dict] = field(default_factory=list)  # sent at the end (feiqiu_etl.alerts), with their outcome
 
     @property
     def tasks(self) -> list[TaskRun]:
@@ -169,5 +170,5 @@ class RunResult:
             "error": self.error or (self.first_reason() if self.status == FAILED else None),
             "started_at": self.started_at, "finished_at": self.finished_at,
             "lanes": [lane.to_dict() for lane in self.lanes], "tasks": [t.to_dict() for t in self.tasks],
-            "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(),
+            "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(), "alerts": self.alerts,
         }

@@ -136,7 +136,7 @@ def run_requests(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]:
 def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
     """Mark ``INTERRUPTED`` every ``RUNNING`` run whose process is gone: on this host, its pid is dead (or now
     belongs to another process); elsewhere, its heartbeat is older than ``stale_after`` seconds. Returns
-    the run ids marked."""
+    the run ids marked, after alerting about them when alerts are configured (bounded, never raises)."""
     rows = conn.execute(
         "SELECT run_id, host, pid, process_started, heartbeat_at, now() - coalesce(heartbeat_at, started_at) "
         "FROM etl_meta.run WHERE status = 'RUNNING'").fetchall()
@@ -152,11 +152,16 @@ def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> li
         if why is None and age > timedelta(seconds=max(stale_after * 10, 600)):
             why = f"no heartbeat since {beat} although process {pid} exists"
         if why:
-            conn.execute(
+            done = conn.execute(
                 "UPDATE etl_meta.run SET status = 'INTERRUPTED', error = %s, finished_at = coalesce(heartbeat_at, "
                 "started_at), live = NULL WHERE run_id = %s AND status = 'RUNNING'", (why, run_id))
-            marked.append(run_id)
+            if done.rowcount:  # not when another process marked it (or the run finished) meanwhile
+                marked.append(run_id)
     conn.commit()
+    if marked:  # alert once: only this sweep marked them (the UPDATE above is conditional)
+        from feiqiu_etl.alerts import after_sweep
+
+        after_sweep(conn, marked)
     return marked
 
 
@@ -210,11 +215,16 @@ def _filters(status: str | None, store: int | None) -> tuple[str, list]:
 
 
 def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> dict[str, Any] | None:
-    """One run: its record (with ``summary``, ``args``, ``config``, ``live``) and, optionally, ``log``."""
+    """One run: its record (with ``summary``, ``args``, ``config``, ``live``), the ``alerts`` sent about it
+    (:func:`feiqiu_etl.alerts.record.alerts_of_run`) and, optionally, ``log``."""
     with conn.cursor(row_factory=dict_row) as cur:
         run = cur.execute(
             f"SELECT {_LIST_COLUMNS}, args, config, summary, live, version, cancel_requested_by, "
             f"{_DURATION} FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
+        if run is not None:
+            from feiqiu_etl.alerts.record import alerts_of_run
+
+            run["alerts"] = alerts_of_run(conn, run_id)
         if run is not None and with_log:
             run["log"] = cur.execute(
                 "SELECT ts, level, lane, site_id, task, message FROM etl_meta.run_log WHERE run_id = %s "

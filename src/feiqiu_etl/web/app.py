@@ -62,6 +62,7 @@ class WebSettings:
     host: str = "127.0.0.1"
     connector: str = "feiqiu"
     task_codes: tuple[str, ...] = ()
+    schedule: Any = None  # runs.freshness.Schedule from ``web --fleet``; None: every task of the connector
     stale_hours: float = 26.0
     poll_interval: float = 0.25
     run_stale_after: float = 30.0
@@ -183,9 +184,9 @@ def create_app(settings: WebSettings) -> Starlette:
     def freshness_page(request: Request) -> Response:
         hours = _hours(request, settings.stale_hours)
         with db() as conn:
-            rows = queries.freshness_rows(conn, settings.connector, settings.task_codes, hours * 3600)
-        return page(request, "freshness.html", nav="freshness", rows=rows, hours=hours,
-                    stale=sum(1 for r in rows if r["stale"]), connector=settings.connector)
+            report = queries.freshness_report(conn, settings, hours)
+        return page(request, "freshness.html", nav="freshness", rows=report["rows"], hours=hours,
+                    stale=report["stale"], connector=settings.connector)
 
     async def login(request: Request) -> Response:
         if request.method == "GET":
@@ -254,8 +255,7 @@ def create_app(settings: WebSettings) -> Starlette:
     def api_freshness(request: Request) -> Response:
         hours = _hours(request, settings.stale_hours)
         with db() as conn:
-            rows = queries.freshness_rows(conn, settings.connector, settings.task_codes, hours * 3600)
-        return _json({"connector": settings.connector, "stale_after_hours": hours, "rows": rows})
+            return _json(queries.freshness_report(conn, settings, hours))
 
     def api_csrf(request: Request) -> Response:
         return _json({"csrf_token": security.csrf_token(request.state.session)})

@@ -11,7 +11,8 @@ from typing import Any, Iterable
 import psycopg
 from psycopg.rows import dict_row
 
-from feiqiu_etl.runs import registry
+from feiqiu_etl.runs import freshness, registry
+from feiqiu_etl.runs.freshness import Schedule
 from feiqiu_etl.runs.registry import jsonable  # noqa: F401 - the web modules import it from here
 
 
@@ -58,28 +59,9 @@ def status_payload(conn: psycopg.Connection) -> dict[str, Any]:
     return {"now": now, "running": registry.running(conn), "finished": recent_finished(conn)}
 
 
-def freshness_rows(conn: psycopg.Connection, connector: str, task_codes: Iterable[str],
-                   stale_after_seconds: float) -> list[dict[str, Any]]:
-    """:func:`registry.freshness` plus, for every store seen there, the connector's tasks that never
-    completed a window or snapshot (``kind`` None, age None); each row gets ``stale``: its age is above
-    ``stale_after_seconds`` or it never completed."""
-    rows = registry.freshness(conn, connector)
-    return mark_stale(rows, task_codes, stale_after_seconds)
-
-
-def mark_stale(rows: list[dict], task_codes: Iterable[str], stale_after_seconds: float) -> list[dict]:
-    """See :func:`freshness_rows` (pure: the rows are those of :func:`registry.freshness`)."""
-    codes = list(task_codes)
-    seen = {(r["site_id"], r["task"]) for r in rows}
-    out = [dict(r) for r in rows]
-    for site in sorted({r["site_id"] for r in rows}):
-        for code in codes:
-            if (site, code) not in seen:
-                out.append({"site_id": site, "task": code, "kind": None, "fresh_until": None,
-                            "age_seconds": None, "owed_details": 0, "max_attempts": None})
-    for r in out:
-        age = r.get("age_seconds")
-        r["age_seconds"] = float(age) if age is not None else None
-        r["stale"] = r["age_seconds"] is None or r["age_seconds"] > stale_after_seconds
-    out.sort(key=lambda r: (r["site_id"], r["task"]))
-    return out
+def freshness_report(conn: psycopg.Connection, settings: Any, hours: float) -> dict[str, Any]:
+    """The freshness payload of the page and ``/api/freshness`` for the server's ``settings`` (its
+    ``schedule``, from ``web --fleet``, or every task of its connector): the one rule of
+    :func:`feiqiu_etl.runs.freshness.freshness_report`, which ``feiqiu-etl freshness`` uses too."""
+    schedule = settings.schedule or Schedule.everything(settings.task_codes)
+    return freshness.freshness_report(conn, settings.connector, schedule, hours)

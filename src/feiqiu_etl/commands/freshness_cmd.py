@@ -1,0 +1,107 @@
+"""``feiqiu-etl freshness``: the web page's freshness table from a shell, with an exit code for monitors.
+
+Per store and task: the end of the newest finished window (or the last complete snapshot), its age, the
+owed details, and whether it is stale — by the one rule of :mod:`feiqiu_etl.runs.freshness`, judging only
+the tasks each store is scheduled for (``--fleet``: each lane's ``tasks:``; else every task of the
+connector). ``--fail-stale`` exits 8 when a row is stale (0 otherwise), like dbt's ``source freshness``.
+When alerts are configured (``--alerts FILE``, ``FEIQIU_ALERTS``, ``FEIQIU_ALERT_URLS``) and the stale
+rule is on, the stale rows are also sent as one ``STALE`` alert (each store/task once per age).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from feiqiu_etl import exitcodes
+from feiqiu_etl.cli import _setup_logging, common_options, use_alerts
+from feiqiu_etl.commands.ops import _echo_json, dsn_option, json_option, warehouse
+from feiqiu_etl.flowcli import UsageFailure
+from feiqiu_etl.runs.freshness import DEFAULT_STALE_HOURS, Schedule
+
+
+def schedule_for(fleet_path: str | None, connector) -> Schedule:
+    """The schedule of ``--fleet`` (each lane's stores and tasks) or, without one, every task of
+    ``connector`` for every store seen; a bad fleet file is a one-line :class:`UsageFailure`."""
+    codes = tuple(t.code for t in connector.tasks)
+    if not fleet_path:
+        return Schedule.everything(codes)
+    from feiqiu_etl.plan.fleet import FleetError
+    from feiqiu_etl.runs.freshness import schedule_from_fleet
+
+    try:
+        return schedule_from_fleet(fleet_path, codes)
+    except FleetError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+@click.command()
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
+              help="judge only the stores of this fleet file and the tasks each lane runs (its tasks:)")
+@click.option("--hours", type=click.FloatRange(0.01, 8760), default=None,
+              help=f"stale when older than this (default: the alerts file's rules.stale_hours, else "
+                   f"{DEFAULT_STALE_HOURS:g})")
+@click.option("--fail-stale", is_flag=True, help=f"exit {exitcodes.STALE} when something is stale")
+@click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
+              help="connector YAML whose tasks are judged (default: the bundled Feiqiu connector)")
+@click.option("--alerts", "alerts_path", envvar="FEIQIU_ALERTS", type=click.Path(dir_okay=False), metavar="FILE",
+              help="alerts file (env FEIQIU_ALERTS): send the stale rows as one alert")
+@dsn_option
+@json_option
+@common_options
+def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, demo, as_json, verbose,
+              log_format) -> None:
+    """How fresh the data of each store and task is (the web page's Freshness table). Exit 0, or with
+    --fail-stale 8 when some scheduled store/task is older than --hours or never loaded."""
+    _setup_logging(verbose, log_format)
+    from feiqiu_etl.alerts import active, after_freshness
+    from feiqiu_etl.connector import ConnectorError, load_connector
+    from feiqiu_etl.runs.freshness import freshness_report
+
+    try:
+        connector = load_connector(connector_path)
+    except (ConnectorError, OSError) as exc:
+        raise UsageFailure(str(exc)) from None
+    schedule = schedule_for(fleet_path, connector)
+    use_alerts(alerts_path)
+    config = active()
+    if hours is None:
+        hours = (config.rules.stale_hours if config is not None else None) or DEFAULT_STALE_HOURS
+    with warehouse(dsn, demo) as conn:
+        report = freshness_report(conn, connector.name, schedule, hours)
+        report["alerts"] = after_freshness(conn, connector.name, report["rows"], hours, config) if config else []
+    if as_json:
+        _echo_json(report)
+    else:
+        _render(report)
+    if fail_stale and report["stale"]:
+        sys.exit(exitcodes.STALE)
+
+
+def _render(report: dict) -> None:
+    from rich.text import Text
+
+    from feiqiu_etl.report import _compact, _console
+    from feiqiu_etl.web.format import age, ts
+
+    console = _console()
+    rows = report["rows"]
+    hours = report["stale_after_hours"]
+    if not rows:
+        console.print(f"connector {report['connector']}: nothing scheduled has been loaded yet")
+        return
+    table = _compact()
+    for col in ("store", "task", "kind", "fresh until", "age", "owed details"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("age", "owed details") else "left")
+    for r in rows:
+        style = "red" if r["stale"] else "green"
+        table.add_row(str(r["site_id"]), r["task"], r["kind"] or "never loaded", ts(r["fresh_until"]),
+                      Text(age(r["age_seconds"]), style=style), str(r["owed_details"] or 0))
+    console.print(table)
+    line = f"{report['stale']} of {len(rows)} older than {hours:g} h or never loaded"
+    console.print(Text(line, style="red" if report["stale"] else "green"))
+    from feiqiu_etl.alerts.record import alert_lines
+
+    for text in alert_lines(report.get("alerts") or []):
+        console.print(text)
