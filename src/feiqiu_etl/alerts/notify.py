@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 import uuid
 from typing import Any, Callable, Iterable
 
@@ -23,9 +25,26 @@ from feiqiu_etl.alerts import record, rules
 from feiqiu_etl.alerts.config import AlertConfig, active
 from feiqiu_etl.alerts.messages import run_message, test_message
 from feiqiu_etl.alerts.sending import Delivery, deliver
+from feiqiu_etl.errortext import one_line
 
 log = logging.getLogger("feiqiu_etl.alerts")
 HOST = socket.gethostname()
+
+
+def warm_up(config: AlertConfig | None = None) -> None:
+    """Load Apprise (about a second: it imports its plugins) in a daemon thread while the run works, so that
+    sending at the run's end spends only the bound, not the import. Does nothing without alerts."""
+    cfg = config if config is not None else active()
+    if cfg is None:
+        return
+
+    def load() -> None:
+        try:
+            import apprise  # noqa: F401
+        except Exception:  # noqa: BLE001 - sending reports it later
+            pass
+
+    threading.Thread(target=load, name="alerts-warm-up", daemon=True).start()
 
 
 def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psycopg.Connection] | None = None,
@@ -36,6 +55,7 @@ def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psy
     cfg = config if config is not None else active()
     if cfg is None:
         return []
+    since = time.monotonic()  # the bound covers reading the history too
     findings = rules.run_findings(summary, cfg.rules)
     conn = None
     try:
@@ -43,10 +63,10 @@ def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psy
         findings += _streaks(conn, summary["run_id"], _stores(summary), cfg)
         findings += _stale(conn, summary, cfg)
     except Exception as exc:  # noqa: BLE001 - the database may be the reason the run failed
-        log.warning("alerts: cannot read the run history (%s); sending without it", _one_line(exc))
+        log.warning("alerts: cannot read the run history (%s); sending without it", one_line(exc, 200))
         conn = _close(conn)
     try:
-        return dispatch(conn, cfg, findings, summary, summary["run_id"])
+        return dispatch(conn, cfg, findings, summary, summary["run_id"], since=since)
     finally:
         _close(conn)
 
@@ -69,7 +89,7 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
             findings = rules.run_findings(run, cfg.rules) + _streaks(conn, run_id, run["stores"], cfg)
             dispatch(conn, cfg, findings, run, run_id)
         except Exception as exc:  # noqa: BLE001 - a sweep never fails because of an alert
-            log.warning("alerts: run %s found INTERRUPTED, but the alert failed: %s", run_id, _one_line(exc))
+            log.warning("alerts: run %s found INTERRUPTED, but the alert failed: %s", run_id, one_line(exc, 200))
             _rollback(conn)
 
 
@@ -90,9 +110,10 @@ def send_test(cfg: AlertConfig, target: str | None = None) -> list[Delivery]:
 
 
 def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[rules.Finding],
-             run: dict[str, Any] | None, run_id: str | None) -> list[dict[str, Any]]:
+             run: dict[str, Any] | None, run_id: str | None, *, since: float | None = None) -> list[dict[str, Any]]:
     """Claim, write, send and record: one message per target with the findings it wants and has not had yet.
-    ``conn`` None: no record (every finding is sent). Returns ``[{target, reasons, ok, error, latency_s,
+    ``conn`` None: no record (every finding is sent). ``since``: when the bound started (monotonic s; default
+    now). Returns ``[{target, reasons, ok, error, latency_s,
     attempts, sent_at}]``."""
     if not findings:
         return []
@@ -103,7 +124,7 @@ def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[r
             claimed = record.claim(conn, [(f.reason, f.subject, t.label, run_id)
                                           for t in cfg.targets for f in wanted[t.name]])
         except Exception as exc:  # noqa: BLE001
-            log.warning("alerts: cannot record them (%s); sending without the record", _one_line(exc))
+            log.warning("alerts: cannot record them (%s); sending without the record", one_line(exc, 200))
             _rollback(conn)
             conn = None
     jobs, keys = [], []
@@ -114,7 +135,7 @@ def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[r
         message = run_message(mine, run, language=cfg.language, web_url=cfg.web_url, host=HOST)
         jobs.append((t, message))
         keys.append([(f.reason, f.subject, t.label) for f in mine])
-    deliveries = deliver(jobs, timeout=cfg.timeout_seconds, attempts=cfg.attempts)
+    deliveries = deliver(jobs, timeout=cfg.timeout_seconds, attempts=cfg.attempts, since=since)
     out = []
     for (t, message), delivery, k in zip(jobs, deliveries, keys):
         item = {"target": delivery.target, "reasons": list(message.reasons), **_outcome(delivery)}
@@ -123,7 +144,7 @@ def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[r
             try:
                 record.finish(conn, uuid.uuid4().hex, k, delivery.to_dict())
             except Exception as exc:  # noqa: BLE001
-                log.warning("alerts: cannot record the delivery to %s: %s", t.label, _one_line(exc))
+                log.warning("alerts: cannot record the delivery to %s: %s", t.label, one_line(exc, 200))
                 _rollback(conn)
     return out
 
@@ -192,8 +213,3 @@ def _rollback(conn: psycopg.Connection) -> None:
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if hasattr(value, "isoformat") else value
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:200]
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

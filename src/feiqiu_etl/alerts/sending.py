@@ -171,16 +171,17 @@ def _asset():
 
 
 def deliver(jobs: Sequence[tuple[object, Message]], *, timeout: float, attempts: int,
-            send=notify_once) -> list[Delivery]:
+            send=notify_once, since: float | None = None) -> list[Delivery]:
     """Send each ``(target, message)`` (``target`` has ``url`` and ``label``) at once; return one
-    :class:`Delivery` per job, in order, within ``timeout`` seconds (plus thread start-up). ``send(url,
-    message, attempt_timeout)`` does one attempt (default: Apprise)."""
+    :class:`Delivery` per job, in order, within ``timeout`` seconds (plus thread start-up) counted from
+    ``since`` (``time.monotonic()``; default: now — a caller that first read the database passes its own start,
+    so the bound covers that too). ``send(url, message, attempt_timeout)`` does one attempt (default: Apprise)."""
     if not jobs:
         return []
     if send is notify_once:
         import apprise  # noqa: F401 - the first import loads its plugins (about a second): not on the clock
 
-    start = time.monotonic()
+    start = time.monotonic() if since is None else since
     deadline = start + timeout
     out: list[Delivery | None] = [None] * len(jobs)
     tries = [0] * len(jobs)
