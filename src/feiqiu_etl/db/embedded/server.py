@@ -43,6 +43,7 @@ from feiqiu_etl.db.embedded.layout import HOME_ENV, ServerLayout, etl_home, reco
 from feiqiu_etl.db.embedded.passwords import READER, SUPERUSER, read_secrets, scram_verifier, secret_file
 from feiqiu_etl.db.embedded.reader import ensure_reader_role
 from feiqiu_etl.db.embedded.socket_dir import PORT, SOCKET_NAME, is_temporary, remove_stale_socket_dir, socket_dir
+from feiqiu_etl.errortext import one_line
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class EmbeddedPostgres:
             create_database(self.dsn("postgres"), database)
         except psycopg.Error as exc:
             raise EmbeddedServerError(f"embedded PostgreSQL: cannot create database {database}: "
-                                      f"{' '.join(str(exc).split())}") from None
+                                      f"{one_line(exc, None, with_type=False)}") from None
         return self.dsn(database)
 
     def reader_dsn(self, database: str = DEFAULT_DATABASE) -> str:
@@ -231,7 +232,7 @@ class EmbeddedPostgres:
                     ensure_reader_role(conn, READER, passwords[READER])
             except psycopg.Error as exc:
                 raise EmbeddedServerError(f"embedded PostgreSQL: cannot prepare the read-only role: "
-                                          f"{' '.join(str(exc).split())}") from None
+                                          f"{one_line(exc, None, with_type=False)}") from None
             self._reader_ready = True
         return self.dsn(database, user=READER)
 
