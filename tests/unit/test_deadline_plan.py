@@ -14,7 +14,7 @@ from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.config import Gap
 from feiqiu_etl.plan import RunOptions, build_plan, prepare
-from feiqiu_etl.plan.fit import Work, lane_seconds, mean_gap, pace_for
+from feiqiu_etl.plan.fit import Work, lane_seconds, pace_for
 from feiqiu_etl.plan.history import PlanHistory, TaskHistory
 from feiqiu_etl.runner.results import DEADLINE, FAILED, PARTIAL, SUCCESS, combine, task_status
 
@@ -161,7 +161,7 @@ def test_the_pace_is_the_least_narrowing_that_fits():
     middle = pace_for(work, (wide + narrow) / 2, 0.1)
     assert lane_seconds(work, middle, 0.1) == pytest.approx((wide + narrow) / 2)
     # a gap drawn below its floor stays: the mean of 8.5-25 s narrowed to 8.8 s keeps its draws under 8.8 s
-    assert mean_gap(Gap(8.5, 25), 8.8, 0) == pytest.approx((0.3 / 16.5) * 8.65 + (16.2 / 16.5) * 8.8)
+    assert Gap(8.5, 25).mean_toward(8.8, 0) == pytest.approx((0.3 / 16.5) * 8.65 + (16.2 / 16.5) * 8.8)
     unsafe = [Work(1, "T", "recent", 100, Gap(0.05, 0.2), 3.3)]
     assert pace_for(unsafe, 1.0, 0.0) == 1.0  # nothing to narrow: the gaps stay
 

@@ -45,18 +45,6 @@ def safe_gaps(documented: Mapping[str, float], *, share: float, seconds: float,
     return out
 
 
-def mean_gap(gap: Gap, safe: float | None, factor: float) -> float:
-    """The expected gap (s) of a uniform draw in ``gap`` narrowed by ``factor`` toward ``safe`` (as
-    :class:`~feiqiu_etl.pipeline.pace.Pace` does: a draw above ``safe`` moves toward it, one below stays)."""
-    a, b = gap.min, gap.max
-    if safe is None or factor >= 1 or safe >= b:
-        return gap.mean
-    if safe <= a:
-        return safe + factor * (gap.mean - safe)
-    below = (safe - a) / (b - a)  # a < safe < b: the draws below safe stay, those above narrow
-    return below * (a + safe) / 2 + (1 - below) * (safe + factor * (b - safe) / 2)
-
-
 @dataclass(frozen=True)
 class Work:
     """One part of a task of a store as the fit sees it: its ``requests``, its task's configured ``gap`` and the
@@ -71,7 +59,7 @@ class Work:
     windows: tuple[tuple[str, str], ...] = ()
 
     def seconds(self, factor: float, overhead: float) -> float:
-        return self.requests * (mean_gap(self.gap, self.safe, factor) + overhead)
+        return self.requests * (self.gap.mean_toward(self.safe, factor) + overhead)
 
 
 def lane_seconds(work: Iterable[Work], factor: float, overhead: float) -> float:
