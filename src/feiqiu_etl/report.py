@@ -432,7 +432,8 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
             t.add_column(col, no_wrap=col != "windows", overflow="fold")
         for task in lane["tasks"]:
             windows = task["windows"]
-            w = "-" if not windows else f"{windows[0][0][:16]} … {windows[-1][1][:16]} ({len(windows)} seg)"
+            w = "-" if not windows else (f"{min(a for a, _ in windows)[:16]} … {max(b for _, b in windows)[:16]} "
+                                         f"({len(windows)} seg)")
             est = task["estimate"]
             req = f"{est['list_requests']}+{est['detail_requests']}" if task["detail_endpoint"] else str(est["requests"])
             t.add_row(sites[task["site_id"]], task["task"], task["kind"][:4], w,

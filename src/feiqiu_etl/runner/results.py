@@ -66,6 +66,7 @@ def merge_parts(runs: list[TaskRun]) -> TaskRun:
     left (not those the recent part deferred to the owed part), the worst status (:func:`task_status`). A task
     skipped in every part is skipped with the first part's reason."""
     if len(runs) == 1:
+        runs[0].windows = sorted(runs[0].windows)  # a part's windows run newest first; a result lists them in time
         return runs[0]
     first = runs[0]
     result = PipelineResult(status=task_status(r.status for r in runs))
