@@ -94,10 +94,12 @@ def read_history(conn: psycopg.Connection, connector: str, keys: Iterable[tuple[
     last: dict[tuple[str, int], dict] = {}
     busy = sent = 0.0
     for summary, in conn.execute(
-            "SELECT summary FROM etl_meta.run WHERE status IN ('SUCCESS', 'PARTIAL') AND summary IS NOT NULL "
-            "AND summary->>'connector' IS NOT DISTINCT FROM %s ORDER BY started_at DESC LIMIT %s",
-            (connector, HISTORY_RUNS)):
+            "SELECT summary FROM etl_meta.run WHERE status IN ('SUCCESS', 'PARTIAL', 'DEADLINE') "
+            "AND summary IS NOT NULL AND summary->>'connector' IS NOT DISTINCT FROM %s ORDER BY started_at DESC "
+            "LIMIT %s", (connector, HISTORY_RUNS)):
         for entry in summary.get("tasks") or []:
+            if entry.get("status") not in ("SUCCESS", "PARTIAL"):  # a task its deadline stopped tells nothing whole
+                continue
             key = (entry.get("task"), entry.get("site_id"))
             last.setdefault(key, entry)
         for lane in summary.get("lanes") or []:
