@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 
-from clikit import env_for, run_args
+from clikit import cli, cli_json, env_for, run_args
 from feiqiu_etl.connector.windows import fmt, parse_local
 from feiqiu_etl.simulator import RiskControlConfig, Simulator
 from feiqiu_etl.simulator.catalog import DETAIL_BY_PATH, LIST_BY_PATH
@@ -79,6 +79,7 @@ def test_a_deadline_that_cannot_be_met_stops_in_time_loses_nothing_and_the_next_
         # nothing fetched was lost: every record the upstream sent is stored
         fetched = sum(e.record_count for e in log if e.outcome == "accepted" and e.code == 0)
         assert _stored_rows(pg_dsn) == fetched == first["rows_written"] + first["rows_unchanged"] > 0
+        _visible(pg_dsn, first["run_id"])
         done_first = _done_windows(pg_dsn)
         with psycopg.connect(pg_dsn) as conn:
             owed = conn.execute("SELECT count(*) FROM etl_meta.detail_pending").fetchone()[0]
@@ -105,6 +106,24 @@ def test_a_deadline_that_cannot_be_met_stops_in_time_loses_nothing_and_the_next_
             start, end = parse_local(e.body["startTime"]), parse_local(e.body["endTime"])
             assert not any(a <= start and end <= b for a, b in done_first.get((task, e.site_id), [])), (task, start)
     assert sum(1 for e in resumed if e.path in DETAIL_BY_PATH) >= owed
+
+
+def _visible(dsn: str, run_id: str) -> None:
+    """``runs``, ``show`` (real processes) and the web page say the run ended DEADLINE and why."""
+    from starlette.testclient import TestClient
+
+    from feiqiu_etl.web import WebSettings, create_app
+
+    runs = cli_json("runs", "--dsn", dsn)
+    assert (runs[0]["run_id"], runs[0]["status"], runs[0]["exit_code"]) == (run_id, "DEADLINE", 9)
+    shown = cli("show", run_id, "--dsn", dsn)
+    assert shown.returncode == 0 and "DEADLINE" in shown.stdout and "deadline 1s reached" in shown.stdout
+    app = create_app(WebSettings(dsn=dsn, connector="feiqiu", task_codes=TASKS))
+    with TestClient(app, base_url="http://127.0.0.1:8080") as web:
+        assert 'class="badge deadline"' in web.get("/").text
+        page = web.get(f"/runs/{run_id}").text
+        assert "deadline 1s reached" in page and "Why it stopped" in page
+        assert web.get("/api/runs?status=DEADLINE").json()["runs"][0]["run_id"] == run_id
 
 
 def _kind(entry) -> str | None:
