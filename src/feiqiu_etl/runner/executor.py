@@ -27,7 +27,9 @@ class TaskExecutor:
         self.lane_name = lane_name
 
     def run(self, task: TaskPlan, lane: RequestScheduler, transport: Callable, *,
-            observer: Callable | None = None) -> TaskRun:
+            observer: Callable | None = None, on_estimate: Callable | None = None) -> TaskRun:
+        """Run ``task``. ``observer(pipeline | None)`` as in :class:`BaseOdsTask`; ``on_estimate(fn | None)``
+        receives the task's ``live_estimate`` while it runs (the live ETA's requests), None when it ended."""
         code, site = task.code, task.site_id
         logger = logging.getLogger(f"{TASK_LOGGER}.{self.lane_name}.{site}.{code}")
         logger.setLevel(logging.DEBUG if logging.getLogger().level <= logging.DEBUG else logging.INFO)
@@ -43,6 +45,8 @@ class TaskExecutor:
                 tenant=site, abortable=self.rt.abortable, detail_max_attempts=self.rt.detail_max_attempts,
                 lane_name=self.lane_name, connect=self.rt.connect, health=self.rt.health,
             )
+            if on_estimate is not None:
+                on_estimate(ods.live_estimate)
             try:
                 run = ods.execute()
             except Exception as exc:  # noqa: BLE001 - one task's crash is that task's failure
@@ -56,6 +60,8 @@ class TaskExecutor:
                         r.total_deleted, r.rate_limited, len(r.errors))
             return run
         finally:
+            if on_estimate is not None:
+                on_estimate(None)
             logger.removeHandler(handler)
             logger.removeFilter(context)
             block = buffer.flush(emit=False)

@@ -43,6 +43,7 @@ class _StoreState:
     result: StoreResult
     current: tuple[TaskPlan, UnifiedPipeline] | None = None
     refused: str | None = None
+    estimate: Callable[[], Any] | None = None  # the running task's live_estimate (plan/estimates.py)
 
 
 @dataclass
@@ -130,7 +131,8 @@ class LaneRunner:
                 store.result.tasks.append(TaskRun.not_run(task, why, status, self.plan.name))
                 continue
             run = self._executor.run(task, self.scheduler, self._transport(store),
-                                     observer=lambda p, s=store, t=task: self._observe(s, t, p))
+                                     observer=lambda p, s=store, t=task: self._observe(s, t, p),
+                                     on_estimate=lambda fn, s=store: setattr(s, "estimate", fn))
             with self._lock:
                 store.result.tasks.append(run)
         if store.refused:
@@ -220,7 +222,8 @@ class LaneRunner:
                 if cur is not None and task is cur[0]:
                     st = cur[1].statistics()
                     known = st.frontier + (st.seeds_left or 0) + (1 if lane.in_flight else 0)
-                    remaining += max(task.estimate.requests - st.requests, known)
+                    expected = store.estimate().requests if store.estimate else task.estimate.requests
+                    remaining += max(expected - st.requests, known)
                     queues["frontier"] += st.frontier
                     queues["processing"] += st.processing_queue
                     queues["write"] += st.write_queue
