@@ -49,7 +49,7 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
             owed = past.owed_details if spec.detail else 0
             tasks.append(TaskPlan(spec=spec, site_id=store.site_id, config=cfg, windows=windows, horizon=horizon,
                                   owed_details=owed,
-                                  estimate=plan_estimate(spec, cfg, windows, past.runs, owed, latency),
+                                  estimate=plan_estimate(spec, cfg, windows, past.runs, owed, latency, past.done),
                                   first_load=past.last is None))
     return LanePlan(
         name=lane.name, token=lane.token, token_source=lane.token_source, api_base=lane.api_base,

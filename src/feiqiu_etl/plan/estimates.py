@@ -4,8 +4,9 @@
 Before a run, in this order (ENGINE-NOTES "The night"):
 
 1. **the last runs of the same task and store** (``basis="history"``): list rows per day of window (windowed) or
-   pages (snapshot), and details per list row of the last run that was not a first load — a first load fetches
-   a detail for every parent, a night only for the new and changed ones;
+   pages (snapshot); details per list row as the runs so far asked for them, applied to the rows of the window
+   that was never loaded (windowed) or, for a snapshot, as the last run that was not a first load did (a first
+   load fetches a detail for every parent, a night only for the new and changed ones);
 2. without history, **the contract's documented volumes** (``basis="contract"``, upstream-api.md §4.1 "Volume",
    the connector's ``expected_rows`` / ``expected_daily_rows``): the lower bound of the range, the size of a
    store the contract promises at least; on a first load every parent is new, so one detail per row;
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from feiqiu_etl.connector.spec import OdsTaskSpec
-from feiqiu_etl.connector.windows import Window, parse_local
+from feiqiu_etl.connector.windows import Window, merge, parse_local
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.plan.model import Estimate
 
@@ -39,14 +40,15 @@ def pages_for(rows: float, limit: int) -> int:
 
 
 def plan_estimate(spec: OdsTaskSpec, cfg: PipelineConfig, windows: Sequence[Window], runs: Sequence[Mapping[str, Any]],
-                  owed: int, request_seconds: float) -> Estimate:
+                  owed: int, request_seconds: float, done: Sequence[Window] = ()) -> Estimate:
     """Requests and lane seconds of one task (see the module docstring). ``runs`` are the task entries of
-    the last finished runs of this task and store, newest first (``TaskRun.to_dict()``); ``owed`` the
-    details still owed; ``request_seconds`` how long a request holds the lane besides its gap."""
+    the last finished runs of this task and store, newest first (``TaskRun.to_dict()``); ``done`` its finished
+    window segments (their rows were fetched: no new parents there); ``owed`` the details still owed;
+    ``request_seconds`` how long a request holds the lane besides its gap."""
     owed = owed if spec.detail else 0
     segments = len(windows) if spec.kind == "windowed" else 1
     if runs:
-        pages, rows, details = _from_history(spec, windows, runs)
+        pages, rows, details = _from_history(spec, windows, done, runs)
         basis = "history"
     elif spec.expected_rows or spec.expected_daily_rows:
         pages, rows, details = _from_contract(spec, windows)
@@ -71,12 +73,12 @@ def _from_contract(spec: OdsTaskSpec, windows: Sequence[Window]) -> tuple[int, i
     return pages, rows, rows if spec.detail else 0
 
 
-def _from_history(spec: OdsTaskSpec, windows: Sequence[Window],
+def _from_history(spec: OdsTaskSpec, windows: Sequence[Window], done: Sequence[Window],
                   runs: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
     last = runs[0]
     detail_sent = _detail_requests(last)
     list_requests = max(1, int(last.get("total_requests", 0)) - detail_sent)
-    list_rows = int(last.get("total_fetched", 0)) - int(last.get("detail_fetched", 0))
+    list_rows = _list_rows(last)
     if spec.kind == "windowed":
         days = _days(last.get("windows") or [])
         per_day = list_rows / days if days > 0 else 0.0
@@ -87,13 +89,32 @@ def _from_history(spec: OdsTaskSpec, windows: Sequence[Window],
         pages, rows = list_requests, list_rows
     if spec.detail is None:
         return pages, rows, 0
-    steady = next((r for r in runs if not r.get("first_load", False)), None)
-    if steady is None:  # only first loads so far: a snapshot's parents are all known now; a window's are new
-        per_row = 0.0 if spec.kind == "snapshot" else _new_details(last) / max(1, list_rows)
-    else:
-        seen = int(steady.get("total_fetched", 0)) - int(steady.get("detail_fetched", 0))
-        per_row = _new_details(steady) / seen if seen > 0 else 0.0
+    if spec.kind == "windowed":
+        # a window's rows are new where it was not loaded before: one detail each (or as many per row as
+        # the runs so far asked for, reopened records included); re-read rows were fetched already
+        fresh = sum((w.length - _covered(w, done)).total_seconds() for w in windows) / DAY_SECONDS
+        per_row = max((_new_details(r) / _list_rows(r) for r in runs if _list_rows(r) > 0), default=0.0)
+        return pages, rows, round(per_row * per_day * fresh)
+    # a snapshot: every parent is known after its first load; a night asks for the changed ones
+    steady = next((r for r in runs if not r.get("first_load", False) and _list_rows(r) > 0), None)
+    per_row = _new_details(steady) / _list_rows(steady) if steady is not None else 0.0
     return pages, rows, round(per_row * rows)
+
+
+def _covered(window: Window, done: Sequence[Window]):
+    """How much of ``window`` the finished segments ``done`` cover (a timedelta)."""
+    from datetime import timedelta
+
+    total = timedelta(0)
+    for w in merge(list(done)):
+        lo, hi = max(w.start, window.start), min(w.end, window.end)
+        if hi > lo:
+            total += hi - lo
+    return total
+
+
+def _list_rows(entry: Mapping[str, Any]) -> int:
+    return int(entry.get("total_fetched", 0)) - int(entry.get("detail_fetched", 0))
 
 
 def _detail_requests(entry: Mapping[str, Any]) -> int:
