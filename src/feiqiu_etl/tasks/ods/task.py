@@ -178,7 +178,11 @@ class BaseOdsTask:
                                 on_retry=lambda: writer.restore_state(saved))
 
             def write(rows: list) -> WriteResult:
-                return through(lambda: writer.write(rows))
+                try:
+                    return through(lambda: writer.write(rows))
+                except Exception:
+                    writer.batch_lost(rows)
+                    raise
 
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
                 return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))

@@ -114,6 +114,8 @@ class OdsWriter:
     recorded: set = field(default_factory=set)
     """Keys known to have an ``etl_meta.detail_pending`` row."""
     given_up: list = field(default_factory=list)
+    lost_details: set = field(default_factory=set)
+    """(site_id, parent_key) of detail rows whose batch failed for good: their ``DetailDone`` clears nothing."""
     parents_seen: int = 0
     """List rows of a task with details written so far (the live estimate's base)."""
     details_queued: int = 0
@@ -131,6 +133,16 @@ class OdsWriter:
             self.requested_details.add(key)
             self.in_flight.add(key)
             self.recorded.add(key)
+
+    def batch_lost(self, rows: list) -> None:
+        """A batch failed for good (after its retries): detail rows in it were not written, so their parents'
+        details stay owed — a ``DetailDone`` that comes in a later batch must not clear them (issue 21)."""
+        if self.spec.detail is None:
+            return
+        d = self.spec.detail
+        for row in rows:
+            if isinstance(row, OdsRow) and row.table == d.target_table:
+                self.lost_details.add((row.site_id, parent_key(row.record.get(d.parent.field))))
 
     def save_state(self) -> tuple:
         """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
@@ -328,6 +340,9 @@ class OdsWriter:
                 )
 
     def _detail_done(self, marker: DetailDone, result: WriteResult) -> None:
+        if (marker.site_id, marker.parent_key) in self.lost_details:  # some of its rows were not written
+            self.in_flight.discard((marker.site_id, marker.parent_key))
+            return
         layout = self.layouts[marker.table]
         assert layout.parent is not None
         result.deleted += self._soft_delete_missing(
