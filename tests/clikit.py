@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from datetime import timedelta
 
@@ -70,3 +70,24 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30, every: float 
 def running_run(dsn: str, timeout: float = 30) -> dict:
     """The first RUNNING run of the database at ``dsn`` (from ``feiqiu-etl status --json``)."""
     return wait_for(lambda: (cli_json("status", "--dsn", dsn) or [None])[0], timeout, every=0.1, what="a running run")
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The one line a refused command printed on stderr (asserts there is exactly one, and no traceback)."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def open_folder(fresh_home) -> "Iterator[object]":
+    """A folder next to ``fresh_home`` every account can write to (so only the database server's privileges
+    decide whether a program it runs can write there); removed afterwards. Use as a fixture body."""
+    import shutil
+
+    folder = fresh_home.with_name(fresh_home.name + "-out")
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -68,20 +68,21 @@ def ods_rows(dsn: str, table: str, live_only: bool = True) -> dict:
     return {tuple(r[:-1]): json.loads(r[-1]) for r in rows}
 
 
-def expected_rows(sim: Simulator, spec, site_id: int) -> dict:
-    """What the simulator says the list table should hold for the configured window."""
+def expected_rows(sim: Simulator, spec, site_id: int, window: tuple[str, str] | None = None) -> dict:
+    """What the simulator says the list table should hold for ``window`` (default: the configured history)."""
     cfg = sim.config
     if spec.kind == "snapshot":
         records = sim.dataset.records(spec.code, site_id)
     else:
-        records = sim.dataset.window(spec.code, site_id, fmt(ANCHOR - timedelta(days=cfg.days)), fmt(ANCHOR))
+        start, end = window or (fmt(ANCHOR - timedelta(days=cfg.days)), fmt(ANCHOR))
+        records = sim.dataset.window(spec.code, site_id, start, end)
     return {(site_id, *(k.convert(r[k.field]) for k in spec.keys)): r for r in records}
 
 
-def expected_detail_rows(sim: Simulator, spec, site_id: int) -> dict:
+def expected_detail_rows(sim: Simulator, spec, site_id: int, window: tuple[str, str] | None = None) -> dict:
     d = spec.detail
     out = {}
-    for key, record in expected_rows(sim, spec, site_id).items():
+    for key, record in expected_rows(sim, spec, site_id, window).items():
         for row in sim.dataset.detail_rows(spec.code, site_id, record[d.id_column]):
             row = {d.parent.field: record[d.id_column], **row}
             out[(site_id, *(k.convert(row[k.field]) for k in d.keys))] = row

@@ -19,6 +19,7 @@ import click
 from feiqiu_etl import logs
 from feiqiu_etl.config.app_config import ConfigError, load_env_file
 from feiqiu_etl.flowcli import UsageFailure, database
+from feiqiu_etl.textsafe import escape, terminal_json
 
 MAX_TIMEOUT = 30 * 86400.0
 
@@ -93,24 +94,11 @@ def _dotenv_names() -> set[str]:
 
 
 def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
-    """The command's parameters for the run record: the token never, a DSN without its password."""
-    from feiqiu_etl.db.connection import redact_dsn
+    """The command's parameters for the run record: the token never, a DSN without its password, the API
+    base without its secrets (:func:`feiqiu_etl.runs.registry.redact_args`)."""
+    from feiqiu_etl.runs.registry import redact_args
 
-    out = {}
-    for key, value in params.items():
-        if key == "token":
-            out[key] = "***" if value else None
-        elif key == "dsn" and value:
-            out[key] = redact_dsn(value)
-        elif key == "api_base" and value:
-            from feiqiu_etl.api.client import redact_url
-
-            out[key] = redact_url(value)
-        elif isinstance(value, tuple):
-            out[key] = list(value)
-        else:
-            out[key] = value
-    return out
+    return redact_args(params)
 
 
 def use_alerts(path: str | None) -> None:
@@ -127,7 +115,7 @@ def use_alerts(path: str | None) -> None:
 def _emit(result, as_json: bool) -> None:
     data = result.to_dict()
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(terminal_json(data))
         return
     from feiqiu_etl.report import render_summary
 
@@ -135,7 +123,7 @@ def _emit(result, as_json: bool) -> None:
     if data.get("alerts"):
         from feiqiu_etl.alerts.record import alert_lines
 
-        click.echo("\n".join(alert_lines(data["alerts"])), err=True)
+        click.echo("\n".join(escape(line) for line in alert_lines(data["alerts"])), err=True)
 
 
 pipeline_options = [
@@ -177,6 +165,9 @@ run_options = [
     click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)"),
     click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive'),
     click.option("--window-end", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), exclusive'),
+    click.option("--now", "now_text", metavar='"YYYY-MM-DD HH:MM:SS"',
+                 help="treat this Asia/Shanghai time as now: incremental windows end here (a replay, or a simulator "
+                      "whose clock was moved; not after the current time)"),
     click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server"),
     click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)"),
     click.option("--no-dwd", is_flag=True, help="load ODS only"),
@@ -211,7 +202,23 @@ def _run_options(p: dict, timeout: float | None = None, wait_for_lane: float | N
         timeout=timeout, load_dwd=not p.get("no_dwd", False), dwd_only=dwd_only,
         dwd_tables=_csv(p.get("dwd_tables", "")), dwd_full=p.get("dwd_full", False),
         unsafe_gaps=p.get("unsafe_gaps", False), wait_for_lane=wait_for_lane, strict_env_names=_dotenv_names(),
+        now=_parse_now(p.get("now_text")),
     )
+
+
+def _parse_now(text: str | None):
+    """``--now``: a naive Asia/Shanghai time between 2000-01-01 and the current time, or ``None``."""
+    if text is None:
+        return None
+    from feiqiu_etl.connector.windows import EARLIEST_WINDOW, fmt, local_now, parse_local
+
+    try:
+        value = parse_local(text)
+    except ValueError as exc:
+        raise UsageFailure(f"--now: {exc}") from None
+    if not EARLIEST_WINDOW <= value <= local_now():
+        raise UsageFailure(f"--now must lie between {fmt(EARLIEST_WINDOW)} and the current time, got {text!r}")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -277,7 +284,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
             result = plan_run(inputs, conn)
     data = result.to_dict()
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, default=str))
+        click.echo(terminal_json(data))
         return
     from feiqiu_etl.report import render_plan
 
@@ -323,26 +330,36 @@ def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, sets, no
 @click.option("--gap-groupbuy", type=click.FloatRange(0, 3600), default=8.0, show_default=True,
               help="risk-control gap G, groupbuy class (s)")
 @click.option("--ban-seconds", type=click.FloatRange(0, 86400), default=300.0, show_default=True,
-              help="ban length after 3 violations in 60 s (s)")
+              help="ban length after 3 violations within the violation window (s)")
+@click.option("--violation-window", type=click.FloatRange(0, 86400), default=60.0, show_default=True,
+              help="rolling window in which 3 violations ban the token (s)")
 @click.option("--no-risk-control", is_flag=True, help="accept every request (no gaps, no bans)")
+@click.option("--anchor", metavar='"YYYY-MM-DD HH:MM:SS"',
+              help="where the history ends and the clock starts (Asia/Shanghai; default: now); POST /__sim/advance "
+                   "moves it forward")
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
               help="serve a fleet file's lanes: each token (read from its token_env, or generated and printed) "
                    "may read its lane's stores")
 @common_options
-def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seconds, no_risk_control, fleet_path,
-             verbose, log_format) -> None:
+def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seconds, violation_window, no_risk_control,
+             anchor, fleet_path, verbose, log_format) -> None:
     """Serve the simulated Feiqiu API (docs/upstream-api.md) until Ctrl-C."""
     _setup_logging(verbose, log_format)
+    from feiqiu_etl.connector.windows import parse_local
     from feiqiu_etl.simulator import RiskControlConfig, SimulatorConfig, serve_forever
 
+    try:
+        anchor_at = parse_local(anchor) if anchor else None
+    except ValueError as exc:
+        raise UsageFailure(f"--anchor: {exc}") from None
     tokens, site_ids = None, (8640015201004417,)
     if fleet_path:
         tokens, site_ids = _fleet_tokens(fleet_path)
     try:
         risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, ban_seconds=ban_seconds,
-                                 enabled=not no_risk_control)
+                                 violation_window=violation_window, enabled=not no_risk_control)
         cfg = SimulatorConfig(seed=seed, scale=scale, days=days, host=host, port=port, risk=risk,
-                              site_ids=site_ids, tokens=tokens)
+                              site_ids=site_ids, tokens=tokens, anchor=anchor_at)
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     try:
@@ -377,19 +394,23 @@ def _fleet_tokens(path: str) -> tuple[dict, tuple]:
                                                 "for sql); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
+@click.option("--timeout", type=click.FloatRange(0.001, 86400), envvar="SQL_TIMEOUT", default=60.0,
+              show_default=True, help="sql.timeout: cancel the statement after this many seconds (env SQL_TIMEOUT)")
 @click.pass_context
-def sql(ctx, query, dsn, demo, as_json) -> None:
+def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
 
     On the embedded server it logs in as the role feiqiu_reader, which can only read (the database's schemas):
-    it can neither write, run programs nor write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
-    role that can run programs or write files on the server (a superuser, pg_execute_server_program,
-    pg_write_server_files) is refused. The statement is sent as a prepared statement (so a second
-    statement is refused) inside a READ ONLY transaction (so nothing can be written)."""
+    it can neither write, run programs nor read or write files (COPY ... TO PROGRAM / TO 'file'). With --dsn a
+    role that is, or can become (SET ROLE, any membership, inherited or not), a superuser or a member of
+    pg_execute_server_program, pg_read_server_files or pg_write_server_files is refused. The statement is sent
+    as a prepared statement (so a second statement is refused) inside a READ ONLY transaction that is rolled
+    back (so nothing is written and no NOTIFY is sent), and cancelled after --timeout seconds (exit 2)."""
     import psycopg
 
-    from feiqiu_etl.db.connection import check_read_only_role, connect, scrub
+    from feiqiu_etl.db.connection import connect, scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.db.reader_session import KEEPALIVE, StatementTimeout, bound_session, role_problem, run_statement
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
@@ -406,19 +427,19 @@ def sql(ctx, query, dsn, demo, as_json) -> None:
 
     with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare) as real_dsn:
         try:
-            with connect(real_dsn) as conn:
-                problem = check_read_only_role(conn)
+            with connect(real_dsn, **KEEPALIVE) as conn:
+                problem = role_problem(conn)
                 if problem:
                     raise UsageFailure(problem)
-                conn.rollback()
-                conn.read_only = True
-                cur = conn.execute(query, prepare=True)
-                columns = [d.name for d in cur.description or []]
-                rows = cur.fetchall() if cur.description else []
+                bound_session(conn, timeout)
+                result = run_statement(conn, query, timeout)
+        except StatementTimeout as exc:
+            raise UsageFailure(str(exc)) from None
         except psycopg.Error as exc:
             raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
+    columns, rows = result.columns, result.rows
     if as_json:
-        click.echo(json.dumps([dict(zip(columns, r)) for r in rows], ensure_ascii=False, default=str))
+        click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
         return
     from feiqiu_etl.report import render_rows
 
@@ -450,7 +471,7 @@ def tasks_cmd(connector_path, as_json) -> None:
         "min_gap": connector.min_gap(t.gap_class), "pipeline_defaults": dict(t.pipeline),
     } for t in connector.tasks]
     if as_json:
-        click.echo(json.dumps({"connector": connector.name, "tasks": rows}, ensure_ascii=False))
+        click.echo(terminal_json({"connector": connector.name, "tasks": rows}))
         return
     from feiqiu_etl.report import render_tasks
 
@@ -477,6 +498,7 @@ def entry() -> None:
     try:
         main.main(standalone_mode=False)
     except click.ClickException as exc:
+        exc.message = escape(exc.message)  # it may quote text from outside (a file, the database): one line
         if _json_logs_asked():  # a log shipper reading --log-format json gets nothing but JSON
             from feiqiu_etl.logs import error_record
 
@@ -500,7 +522,7 @@ def entry() -> None:
         from feiqiu_etl import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
-        text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
+        text = escape(" ".join(str(exc).split())[:400] or exc.__class__.__name__)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):

@@ -11,15 +11,22 @@
 Context (lane, store, task) is attached to records by :class:`ContextFilter` on each task's logger, and the run
 id by the handlers. Tokens and passwords are never part of a record: nothing here formats arguments that
 could hold them.
+
+A record is one line, and text from outside in it (an upstream ``msg``, a database error) can neither move the
+cursor, set the title nor forge a line: the text format writes its control characters as visible escapes
+(:func:`feiqiu_etl.textsafe.escape`: ``\\x1b[2J``, ``\\n``), the JSON format as JSON escapes
+(:func:`feiqiu_etl.textsafe.terminal_json`, so a log shipper reads the original text). A traceback (``-vv``)
+joins the line the same way. The stored log keeps the text as it came; ``show`` escapes it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
+
+from feiqiu_etl.textsafe import escape, terminal_json
 
 CONTEXT_KEYS = ("lane", "site_id", "task")
 TASK_LOGGER = "feiqiu_etl.task"
@@ -66,7 +73,7 @@ def record_dict(record: logging.LogRecord) -> dict[str, Any]:
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(record_dict(record), ensure_ascii=False, default=str)
+        return terminal_json(record_dict(record))
 
 
 class TextFormatter(logging.Formatter):
@@ -76,12 +83,16 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
 
     def format(self, record: logging.LogRecord) -> str:
-        context = [str(getattr(record, k)) for k in CONTEXT_KEYS if getattr(record, k, None) is not None]
-        text = super().format(record)
-        if context:
-            head, _, rest = text.partition(f"{record.levelname} ")
-            text = f"{head}{record.levelname} [{' '.join(context)}] {rest}"
-        return text
+        context = [escape(getattr(record, k)) for k in CONTEXT_KEYS if getattr(record, k, None) is not None]
+        message = escape(record.getMessage())
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            message = f"{message} | {escape(record.exc_text)}"
+        if record.stack_info:
+            message = f"{message} | {escape(self.formatStack(record.stack_info))}"
+        head = f"{self.formatTime(record, self.datefmt)} {record.levelname} "
+        return f"{head}[{' '.join(context)}] {message}" if context else head + message
 
 
 class ConsoleHandler(logging.Handler):
@@ -165,7 +176,7 @@ def progress_line(text: str, console: Any) -> None:
     that a log shipper reads nothing but JSON. Shown whatever the verbosity, like the text line."""
     handler = _HANDLER
     if handler is None or not isinstance(handler.formatter, JsonFormatter):
-        console.print(text, soft_wrap=True, highlight=False, markup=False)
+        console.print(escape(text), soft_wrap=True, highlight=False, markup=False)
         return
     handler.emit(_direct_record("feiqiu_etl.progress", logging.INFO, text))
 

@@ -20,16 +20,29 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
+from feiqiu_etl.textsafe import escape, escape_tree
 
 ERRORS_SHOWN = 3
 STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
                 "INTERRUPTED": "red", "RUNNING": "cyan"}
 
 
+class SafeConsole(Console):
+    """A rich console that never interprets text from outside: no markup (``[/x]`` in a store name would
+    raise, ``[bold]`` restyle), and every string it renders, table cells included, has its control characters
+    escaped (:func:`feiqiu_etl.textsafe.escape`). The renderers below also escape what they put in ``Text``."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**{"markup": False, **kwargs})
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(escape(text), **kwargs)
+
+
 def _console() -> Console:
-    """stdout console; when piped, wide enough that nothing is cut."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=200)
+    """stdout console (:class:`SafeConsole`); when piped, wide enough that nothing is cut."""
+    probe = SafeConsole()
+    return probe if probe.is_terminal else SafeConsole(width=200)
 
 
 def _compact() -> Table:
@@ -73,7 +86,7 @@ def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ..
     """A table of ``rows`` (cells by column name) within ``width`` columns: the ``columns`` that fit, leaving
     out those named in ``drops`` one by one, in that order, until it fits (or none is left to drop). Cells are
     never cut; columns named in ``left`` are left-justified, the others right."""
-    probe = Console(width=1000, file=io.StringIO())
+    probe = SafeConsole(width=1000, file=io.StringIO())
     for drop in (None, *drops):
         columns = [c for c in columns if c != drop]
         table = _compact()
@@ -133,6 +146,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     unchanged/soft-deleted; rl = rate-limited answers), stores and lanes that stopped, the first errors of
     each task with "(N more)", and the DWD table."""
     console = console or _console()
+    data = escape_tree(data)
     tasks = data.get("tasks", [])
     line = Text.assemble(f"run {data['run_id']}: ", _status(data["status"]))
     error = data.get("error") or ""
@@ -147,10 +161,10 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(legend, style="dim")
     for lane in data.get("lanes", []):
         if lane.get("reason"):
-            console.print(f"[red]lane {lane['name']}: {lane['status']}: {lane['reason']}[/red]", overflow="fold")
+            console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), overflow="fold")
         for store in lane.get("stores", []):
             if store.get("reason") and not lane.get("reason"):
-                console.print(f"[red]store {store['site_id']}: {store['status']}: {store['reason']}[/red]",
+                console.print(Text(f"store {store['site_id']}: {store['status']}: {store['reason']}", style="red"),
                               overflow="fold")
     skipped = data.get("skipped_tasks", [])
     if skipped:
@@ -158,7 +172,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         for s in skipped:
             reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
         for reason, n in reasons.items():
-            console.print(f"[yellow]not run: {n} task(s): {reason}[/yellow]", overflow="fold")
+            console.print(Text(f"not run: {n} task(s): {reason}", style="yellow"), overflow="fold")
     for t in tasks:
         errors = t["errors"]
         for e in errors[:ERRORS_SHOWN]:
@@ -167,14 +181,14 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
             console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
                                style="red"))
         if (t.get("snapshot_note") or "").startswith("soft delete skipped"):
-            console.print(f"[yellow]{t['task']}: {t['snapshot_note']}[/yellow]")
+            console.print(Text(f"{t['task']}: {t['snapshot_note']}", style="yellow"))
         for d in t.get("schema_drift", []):  # tasks/ods/drift.py
             parts = [f"new field(s) {', '.join(d['new_fields'])}" if d["new_fields"] else "",
                      f"lost field(s) {', '.join(d['lost_fields'])}" if d["lost_fields"] else ""]
-            console.print(f"[yellow]{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
-                          f"(first seen in run {d['first_seen_run']})[/yellow]", overflow="fold")
+            console.print(Text(f"{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
+                               f"(first seen in run {d['first_seen_run']})", style="yellow"), overflow="fold")
         if t.get("details_given_up"):
-            console.print(f"[yellow]{t['task']}: {len(t['details_given_up'])} owed detail(s) given up[/yellow]")
+            console.print(Text(f"{t['task']}: {len(t['details_given_up'])} owed detail(s) given up", style="yellow"))
     rechecks = [t["recheck"] for t in tasks if t.get("recheck")]
     if any(r["budget"] for r in rechecks):
         console.print(f"details re-checked (oldest first): {sum(r['used'] for r in rechecks)} of a budget of "
@@ -193,11 +207,12 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(d)
         for e in dwd.get("errors", []):
             if e.get("table") == "*":
-                console.print(f"[red]DWD: {e['error']}[/red]", overflow="fold")
+                console.print(Text(f"DWD: {e['error']}", style="red"), overflow="fold")
 
 
 def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:
     console = console or _console()
+    columns, rows = escape_tree(list(columns)), escape_tree(rows)
     table = _compact()
     for col in columns:
         table.add_column(col, overflow="fold")
@@ -209,6 +224,7 @@ def render_rows(columns: list[str], rows: list[tuple], console: Console | None =
 
 def render_tasks(connector: str, rows: list[dict], console: Console | None = None) -> None:
     console = console or _console()
+    rows = escape_tree(rows)
     console.print(f"connector {connector}: {len(rows)} tasks")
     table = _compact()
     table.add_column("task", no_wrap=True)
@@ -268,6 +284,7 @@ def lane_lines(lane: dict) -> list[Text]:
 
 def progress_view(snapshot: dict) -> Group:
     """The whole live display: a header line and two lines per lane."""
+    snapshot = escape_tree(snapshot)
     head = Text(f"run {snapshot['run_id']} · {snapshot['phase']} · {snapshot['tasks_done']}/{snapshot['tasks']} "
                 f"tasks · {snapshot['rows_written']:,} rows · ETA {duration(snapshot.get('eta_s'))}", style="bold")
     if snapshot.get("cancelling"):
@@ -332,7 +349,7 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
     """While the body runs: on a terminal, a live display on stderr (log lines print above it); otherwise one
     line per finished task plus a heartbeat line every ``heartbeat`` seconds (0 = none), so that logs of long
     unattended runs show life."""
-    console = Console(stderr=True)
+    console = SafeConsole(stderr=True)
     if not enabled:
         yield
         return
@@ -368,6 +385,7 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
 def render_plan(plan: dict, console: Console | None = None) -> None:
     """The plan: per lane its stores and tasks with windows and estimates."""
     console = console or _console()
+    plan = escape_tree(plan)
     e = plan["estimate"]
     console.print(f"plan: connector {plan['connector']}, {'incremental' if plan['incremental'] else 'explicit window'}"
                   f" as of {plan['now']} (Asia/Shanghai); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
@@ -402,6 +420,7 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     """Runs newest first. Fitted to the terminal: run ids and statuses are never cut; ``rej``, ``err``,
     ``tasks`` and ``stores`` go first when the table is too wide (``--json`` and a pipe have them all)."""
     console = console or _console()
+    rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
 
     def cells(r: dict) -> dict[str, Any]:
@@ -434,6 +453,7 @@ def _n(value: Any) -> str:
 def render_show(run: dict, console: Console | None = None) -> None:
     """Everything about one run: the record, per lane/store/task results, every error, and its stored log."""
     console = console or _console()
+    run = escape_tree(run)
     console.print(Text.assemble(f"run {run['run_id']}: ", _status(run["status"]),
                                 f"  exit {run['exit_code'] if run.get('exit_code') is not None else '-'}"))
     console.print(f"command: {run.get('command') or '-'}  host {run.get('host')} pid {run.get('pid')}  "
@@ -483,6 +503,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
 
 def render_status(runs: list[dict], console: Console | None = None) -> None:
     console = console or _console()
+    runs = escape_tree(runs)
     if not runs:
         console.print("no run is in progress")
         return
@@ -497,6 +518,7 @@ def render_status(runs: list[dict], console: Console | None = None) -> None:
 
 def render_details(rows: list[dict], console: Console | None = None) -> None:
     console = console or _console()
+    rows = escape_tree(rows)
     t = _compact()
     for col in ("task", "site", "parent", "attempts", "last error", "since"):
         t.add_column(col, overflow="fold", no_wrap=col not in ("last error",))

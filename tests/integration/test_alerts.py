@@ -202,8 +202,12 @@ def test_a_receiver_that_hangs_or_answers_500_costs_at_most_the_bound_and_is_rec
     assert code == q_code == 4, err[-800:]
     tail, quiet_tail = exited - _epoch(data["finished_at"]), q_exited - _epoch(q_data["finished_at"])
     print(f"{mode}: run end → exit {tail:.2f} s with alerts, {quiet_tail:.2f} s without (bound {bound} s)")
-    assert tail - quiet_tail < bound + 0.5, (tail, quiet_tail)
     (alert,) = data["alerts"]
+    # The bound is kept inside the process (reading the history, sending, retries) to within 0.25 s; the
+    # whole process, measured from outside against the same run without alerts, adds scheduling noise on a
+    # shared 2-core machine (seen: up to 0.7 s on top of the bound at load 5).
+    assert alert["latency_s"] <= bound + 0.25, alert
+    assert tail - quiet_tail < bound + 1.0, (tail, quiet_tail)
     assert not alert["ok"] and alert["reasons"] == ["FAILED", "TOKEN_REFUSED", "STALE"]
     if mode in ("hang", "trickle"):
         assert alert["error"] == f"no answer within {bound:g} s" and len(bad.received) == 1

@@ -246,3 +246,40 @@ def test_bodies_keep_exact_integers_in_the_log(sim, http):
     entry = sim.request_log()[-1]
     assert entry.body["settleId"] == big and entry.code == 40401
     assert json.loads(json.dumps(entry.to_json()))["body"]["settleId"] == big
+
+
+def test_advance_and_minimum_endpoints_move_time_and_answer_the_ground_truth():
+    sim = start(risk=RiskControlConfig(gap_standard=5, gap_groupbuy=5))  # admin calls never meet risk control
+    try:
+        with client(sim) as http, client(sim, token="fq_wrong") as stranger:
+            assert post(stranger, "/__sim/advance", {"hours": 24})["code"] == 40101
+            assert httpx.get(f"{sim.base_url}/__sim/clock").json()["data"]["now"] == "2024-03-04 12:00:00"
+            for bad in ({"hours": 0}, {"hours": "24"}, {"hours": 745}, {}):
+                assert post(http, "/__sim/advance", bad)["code"] == 40001, bad
+            answer = post(http, "/__sim/advance", {"hours": 24})
+            assert answer["code"] == 0 and answer["data"]["from"] == "2024-03-04 12:00:00"
+            assert answer["data"]["now"] == "2024-03-05 12:00:00" and answer["data"]["hours"] == 24
+            settlements = answer["data"]["sites"][str(SITE)]["ODS_SETTLEMENT"]
+            assert settlements["inserted"] == sim.config.profile.settlements_per_day
+            clock = httpx.get(f"{sim.base_url}/__sim/clock").json()["data"]
+            assert clock == {"now": "2024-03-05 12:00:00", "anchor": "2024-03-04 12:00:00",
+                             "marks": ["2024-03-04 12:00:00", "2024-03-05 12:00:00"]}
+            # the new day is served by the API: a window ending at the simulator's now holds it
+            window = {"siteId": SITE, "startTime": "2024-03-04 12:00:00", "endTime": "2024-03-05 12:00:00",
+                      "limit": 200}
+            listed = post(http, "/api/settlement/list", window)["data"]["total"]
+            assert listed >= settlements["inserted"]
+            body = {"siteId": SITE, "startTime": window["startTime"], "endTime": window["endTime"]}
+            minimum = post(http, "/__sim/minimum", body)
+            assert minimum["code"] == 0
+            expected = sim.minimum_requests(SITE, datetime(2024, 3, 4, 12), datetime(2024, 3, 5, 12)).to_json()
+            assert minimum["data"] == expected and expected["requests"] > 0
+            assert next(t for t in expected["tasks"] if t["task_code"] == "ODS_SETTLEMENT")["details"] == listed
+            assert post(http, "/__sim/minimum", {**body, "endTime": body["startTime"]})["code"] == 40002
+            assert post(http, "/__sim/minimum", {**body, "limit": 500})["code"] == 40003
+            assert post(http, "/__sim/minimum", {**body, "siteId": 1})["code"] == 40001
+            assert post(stranger, "/__sim/minimum", body)["code"] == 40101
+            assert http.get("/__sim/unknown").status_code == 404
+        assert [e.path for e in sim.request_log()] == ["/api/settlement/list"]  # admin calls are not API traffic
+    finally:
+        sim.stop()

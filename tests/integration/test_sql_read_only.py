@@ -17,6 +17,7 @@ from psycopg import conninfo, sql
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE, EmbeddedPostgres, ensure_reader_role
 from feiqiu_etl.demo import DEMO_DATABASE
 from feiqiu_etl.simulator import Simulator
+from clikit import one_line_error, open_folder
 from flowkit import run_flow, sim_config
 
 
@@ -28,31 +29,20 @@ def _sql(*args: str, home=None, timeout: float = 120) -> subprocess.CompletedPro
                           env=env, timeout=timeout)
 
 
-def _one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    return lines[0]
-
-
 @pytest.fixture
 def marker(fresh_home):
     """A path in a folder every account can write to, so only the server's privileges decide."""
-    folder = fresh_home.with_name(fresh_home.name + "-out")
-    folder.mkdir(mode=0o777)
-    folder.chmod(0o777)
-    yield folder / "pwned"
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
+    for folder in open_folder(fresh_home):
+        yield folder / "pwned"
 
 
 def test_copy_to_program_and_to_file_fail_on_the_embedded_server(fresh_home, marker):
     program = _sql(f"COPY (SELECT 1) TO PROGRAM 'id > {marker}'", home=fresh_home)
-    assert program.returncode == 2 and "external program" in _one_line_error(program)
+    assert program.returncode == 2 and "external program" in one_line_error(program)
     to_file = _sql(f"COPY (SELECT 1) TO '{marker}'", home=fresh_home)
-    assert to_file.returncode == 2 and "to a file" in _one_line_error(to_file)
+    assert to_file.returncode == 2 and "to a file" in one_line_error(to_file)
     lo_export = _sql(f"SELECT lo_export(0, '{marker}')", home=fresh_home)
-    assert lo_export.returncode == 2 and "permission denied" in _one_line_error(lo_export)
+    assert lo_export.returncode == 2 and "permission denied" in one_line_error(lo_export)
     assert not marker.exists()
     who = _sql("--json", "SELECT current_user AS u, current_setting('default_transaction_read_only') AS ro",
                home=fresh_home)
@@ -72,7 +62,7 @@ def test_normal_selects_work_on_the_warehouse_and_the_demo_database(fresh_home):
             assert proc.returncode == 0, proc.stderr
             assert json.loads(proc.stdout) == [{"n": members}]
         denied = _sql("--demo", "DELETE FROM ods.member", home=fresh_home)
-        assert denied.returncode == 2 and "read-only" in _one_line_error(denied)
+        assert denied.returncode == 2 and "read-only" in one_line_error(denied)
         with psycopg.connect(server.dsn(DEMO_DATABASE)) as conn:
             assert conn.execute("SELECT count(*) FROM ods.member").fetchone()[0] == members
     finally:
@@ -82,7 +72,7 @@ def test_normal_selects_work_on_the_warehouse_and_the_demo_database(fresh_home):
 def test_a_superuser_dsn_is_refused_with_one_line(pg_dsn, marker):
     proc = _sql("--dsn", pg_dsn, f"COPY (SELECT 1) TO PROGRAM 'id > {marker}'")
     assert proc.returncode == 2
-    line = _one_line_error(proc)
+    line = one_line_error(proc)
     assert "superuser" in line and "read-only role" in line
     assert not marker.exists()
 
@@ -121,7 +111,7 @@ def test_sql_command_reads_but_never_writes(pg_dsn, reader_dsn, marker):
         proc = _sql("--dsn", reader_dsn, sneaky)
         assert proc.returncode == 2 and "multiple commands" in proc.stderr, sneaky
     program = _sql("--dsn", reader_dsn, f"COPY (SELECT 1) TO PROGRAM 'id > {marker}'")
-    assert program.returncode == 2 and "external program" in _one_line_error(program)
+    assert program.returncode == 2 and "external program" in one_line_error(program)
     assert not marker.exists()
     still = _sql("--dsn", reader_dsn, "--json", "SELECT count(*) AS n FROM ods.member WHERE member_id::text LIKE '%'")
     assert json.loads(still.stdout) == [{"n": members}]

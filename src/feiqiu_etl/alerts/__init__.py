@@ -12,7 +12,7 @@
 
 from feiqiu_etl.alerts.config import (ENV_FILE, ENV_URLS, AlertConfig, AlertsConfigError, activate, active,
                                       load_alerts, reset)
-from feiqiu_etl.alerts.notify import after_freshness, after_run, after_sweep, send_test
+from feiqiu_etl.alerts.notify import after_freshness, after_run, after_sweep, send_test, warm_up
 
 __all__ = ["ENV_FILE", "ENV_URLS", "AlertConfig", "AlertsConfigError", "activate", "active", "after_freshness",
-           "after_run", "after_sweep", "load_alerts", "reset", "send_test"]
+           "after_run", "after_sweep", "load_alerts", "reset", "send_test", "warm_up"]

@@ -8,13 +8,13 @@ escaped and is cut to one line, so a message cannot be forged line by line. Pure
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, FAILED, INTERRUPTED, PARTIAL, STALE,
                                      STATUS_REASONS, STORE_REFUSED, TEST, TIMEOUT, TOKEN_REFUSED, Finding, ordered,
                                      severity)
+from feiqiu_etl.textsafe import escape
 
 ERRORS_SHOWN = 5
 STALE_SHOWN = 20
@@ -86,12 +86,11 @@ TEXTS: dict[str, dict[str, str]] = {
     },
 }
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
 
 def clean(value: Any, limit: int = LINE_MAX) -> str:
-    """``value`` as one line: control characters escaped (``\\x1b`` …), cut to ``limit`` characters."""
-    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+    """``value`` as one line: control characters escaped (:func:`feiqiu_etl.textsafe.escape`: ``\\x1b`` …), cut
+    to ``limit`` characters."""
+    text = escape(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

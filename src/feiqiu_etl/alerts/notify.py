@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 import uuid
 from typing import Any, Callable, Iterable
 
@@ -28,6 +30,22 @@ log = logging.getLogger("feiqiu_etl.alerts")
 HOST = socket.gethostname()
 
 
+def warm_up(config: AlertConfig | None = None) -> None:
+    """Load Apprise (about a second: it imports its plugins) in a daemon thread while the run works, so that
+    sending at the run's end spends only the bound, not the import. Does nothing without alerts."""
+    cfg = config if config is not None else active()
+    if cfg is None:
+        return
+
+    def load() -> None:
+        try:
+            import apprise  # noqa: F401
+        except Exception:  # noqa: BLE001 - sending reports it later
+            pass
+
+    threading.Thread(target=load, name="alerts-warm-up", daemon=True).start()
+
+
 def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psycopg.Connection] | None = None,
               config: AlertConfig | None = None) -> list[dict[str, Any]]:
     """Evaluate and send the alerts about a finished run (``summary``: ``RunResult.to_dict()``, already
@@ -36,6 +54,7 @@ def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psy
     cfg = config if config is not None else active()
     if cfg is None:
         return []
+    since = time.monotonic()  # the bound covers reading the history too
     findings = rules.run_findings(summary, cfg.rules)
     conn = None
     try:
@@ -46,7 +65,7 @@ def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psy
         log.warning("alerts: cannot read the run history (%s); sending without it", _one_line(exc))
         conn = _close(conn)
     try:
-        return dispatch(conn, cfg, findings, summary, summary["run_id"])
+        return dispatch(conn, cfg, findings, summary, summary["run_id"], since=since)
     finally:
         _close(conn)
 
@@ -90,9 +109,10 @@ def send_test(cfg: AlertConfig, target: str | None = None) -> list[Delivery]:
 
 
 def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[rules.Finding],
-             run: dict[str, Any] | None, run_id: str | None) -> list[dict[str, Any]]:
+             run: dict[str, Any] | None, run_id: str | None, *, since: float | None = None) -> list[dict[str, Any]]:
     """Claim, write, send and record: one message per target with the findings it wants and has not had yet.
-    ``conn`` None: no record (every finding is sent). Returns ``[{target, reasons, ok, error, latency_s,
+    ``conn`` None: no record (every finding is sent). ``since``: when the bound started (monotonic s; default
+    now). Returns ``[{target, reasons, ok, error, latency_s,
     attempts, sent_at}]``."""
     if not findings:
         return []
@@ -114,7 +134,7 @@ def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[r
         message = run_message(mine, run, language=cfg.language, web_url=cfg.web_url, host=HOST)
         jobs.append((t, message))
         keys.append([(f.reason, f.subject, t.label) for f in mine])
-    deliveries = deliver(jobs, timeout=cfg.timeout_seconds, attempts=cfg.attempts)
+    deliveries = deliver(jobs, timeout=cfg.timeout_seconds, attempts=cfg.attempts, since=since)
     out = []
     for (t, message), delivery, k in zip(jobs, deliveries, keys):
         item = {"target": delivery.target, "reasons": list(message.reasons), **_outcome(delivery)}

@@ -25,12 +25,12 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Sequence
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 from tenacity.stop import stop_base
 
 from feiqiu_etl.alerts.messages import Message, clean
+from feiqiu_etl.textsafe import redact_url, url_secrets
 
 log = logging.getLogger("feiqiu_etl.alerts")
 
@@ -81,42 +81,20 @@ def usable(url: str) -> str | None:
 
 
 def redact(url: str) -> str:
-    """``url`` safe to show: for address-like schemas (json, form, xml, mailto) ``scheme://host:port`` plus
-    ``/…`` when a path follows; for the others (whose host is a key) ``scheme://`` and the first and last
-    character of the host. No user, password, path or query."""
-    try:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "<an URL that cannot be parsed>"
-    if scheme in HTTP_SCHEMAS:
-        more = "/…" if parts.path.strip("/") or parts.query else ""
-        return f"{scheme}://{host}{port}{more}"
-    if len(host) > 4:
-        host = f"{host[0]}…{host[-1]}"
-    else:
-        host = "…"
-    return f"{scheme}://{host}"
+    """``url`` safe to show (:func:`feiqiu_etl.textsafe.redact_url`, the one URL redactor): for address-like
+    schemas (json, form, xml, mailto) ``scheme://host:port`` plus ``/…`` when more follows; for the others
+    (whose host is a key) the first and last character of the host. No user, password, path or query."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    return redact_url(url, secret_path=True, secret_host=scheme not in HTTP_SCHEMAS)
 
 
 def secrets_of(url: str) -> set[str]:
-    """The pieces of ``url`` that may be secret: user, password, path segments, query values and (for
-    non-address schemas) the host. Pieces shorter than 4 characters are left (they would garble text)."""
-    found: set[str] = set()
-    try:
-        parts = urlsplit(url)
-        pieces = [parts.username, parts.password, *parts.path.split("/"), *(v for _, v in parse_qsl(parts.query))]
-        if parts.scheme.lower() not in HTTP_SCHEMAS:
-            pieces.append(parts.hostname)
-    except ValueError:
-        return {url}
-    for piece in pieces:
-        if piece and len(piece) >= 4:
-            found |= {piece, unquote(piece)}
-    found.add(url)
-    return found
+    """The pieces of ``url`` that may be secret (:func:`feiqiu_etl.textsafe.url_secrets`): user, password,
+    path segments, query values and (for non-address schemas) the host, and the URL itself. Pieces shorter
+    than 4 characters are left (they would garble text)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    found = url_secrets(url, secret_path=True, secret_host=scheme not in HTTP_SCHEMAS)
+    return {piece for piece in found if len(piece) >= 4} | {url}
 
 
 def scrub(text: str, url: str) -> str:
@@ -193,16 +171,17 @@ def _asset():
 
 
 def deliver(jobs: Sequence[tuple[object, Message]], *, timeout: float, attempts: int,
-            send=notify_once) -> list[Delivery]:
+            send=notify_once, since: float | None = None) -> list[Delivery]:
     """Send each ``(target, message)`` (``target`` has ``url`` and ``label``) at once; return one
-    :class:`Delivery` per job, in order, within ``timeout`` seconds (plus thread start-up). ``send(url,
-    message, attempt_timeout)`` does one attempt (default: Apprise)."""
+    :class:`Delivery` per job, in order, within ``timeout`` seconds (plus thread start-up) counted from
+    ``since`` (``time.monotonic()``; default: now — a caller that first read the database passes its own start,
+    so the bound covers that too). ``send(url, message, attempt_timeout)`` does one attempt (default: Apprise)."""
     if not jobs:
         return []
     if send is notify_once:
         import apprise  # noqa: F401 - the first import loads its plugins (about a second): not on the clock
 
-    start = time.monotonic()
+    start = time.monotonic() if since is None else since
     deadline = start + timeout
     out: list[Delivery | None] = [None] * len(jobs)
     tries = [0] * len(jobs)

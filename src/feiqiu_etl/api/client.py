@@ -27,6 +27,7 @@ from feiqiu_etl.api.errors import (
     RateLimitedError, ServerError, SiteForbiddenError, TransportFailure,
 )
 from feiqiu_etl import jsonfast
+from feiqiu_etl.textsafe import redact_url
 from feiqiu_etl.pipeline.models import PipelineRequest
 
 
@@ -94,7 +95,7 @@ class APIClient:
         self._timeout = timeout
 
     def __repr__(self) -> str:
-        return f"<APIClient {self._base} token=***>"
+        return f"<APIClient {redact_url(self._base)} token=***>"
 
     def close(self) -> None:
         self._http.close()
@@ -232,18 +233,3 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         when = when.replace(tzinfo=timezone.utc)
     delta = when.timestamp() - (now if now is not None else time.time())
     return min(delta, MAX_HINT) if delta > 0 else None
-
-
-def redact_url(url: str) -> str:
-    """``http://user:***@host/…``: the password of a URL's user info masked (``--api-base`` may carry one)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "***"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -4,7 +4,6 @@ Exit 0 when every target accepted it, 4 when one did not, 2 for a bad configurat
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -12,6 +11,7 @@ import click
 from feiqiu_etl import exitcodes
 from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.flowcli import UsageFailure
+from feiqiu_etl.textsafe import escape, terminal_json
 
 
 @click.group()
@@ -42,10 +42,10 @@ def alerts_test(target, alerts_path, as_json, verbose, log_format) -> None:
         raise UsageFailure(f"no target {target!r}; the targets are {names}")
     deliveries = send_test(cfg, target)
     if as_json:
-        click.echo(json.dumps([d.to_dict() for d in deliveries], ensure_ascii=False))
+        click.echo(terminal_json([d.to_dict() for d in deliveries]))
     else:
         for d in deliveries:
             state = "sent" if d.ok else f"FAILED: {d.error}"
-            click.echo(f"{d.target}: {state} ({d.latency_s:.2f} s, {d.attempts} attempt(s))")
+            click.echo(escape(f"{d.target}: {state} ({d.latency_s:.2f} s, {d.attempts} attempt(s))"))
     if not all(d.ok for d in deliveries):
         sys.exit(exitcodes.FAILED)

@@ -3,7 +3,6 @@ environment, ``--set``/flag, or a fleet lane — and the secrets only as "set"/"
 
 from __future__ import annotations
 
-import json
 import os
 
 import click
@@ -53,7 +52,7 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     token = p.get("token")
     rows.append({"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {Secret(token).fingerprint()})" if token
                  else "not set", "source": source("token", "FEIQIU_API_TOKEN", "-")})
-    from feiqiu_etl.api.client import redact_url
+    from feiqiu_etl.textsafe import redact_url
 
     rows.append({"key": "FEIQIU_API_BASE", "value": redact_url(p["api_base"]) if p.get("api_base") else "not set",
                  "source": source("api_base", "FEIQIU_API_BASE", "-")})
@@ -66,7 +65,9 @@ def config_show(as_json, verbose, log_format, **p) -> None:
                  "source": (".env" if "FEIQIU_ETL_HOME" in _dotenv_names() else "environment")
                  if "FEIQIU_ETL_HOME" in os.environ else "default"})
     if as_json:
-        click.echo(json.dumps(rows, ensure_ascii=False, default=str))
+        from feiqiu_etl.textsafe import terminal_json
+
+        click.echo(terminal_json(rows))
         return
     from feiqiu_etl.report import _compact, _console
 

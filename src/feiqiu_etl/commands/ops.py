@@ -5,7 +5,6 @@ a durable flag plus LISTEN/NOTIFY, so the run stops within a second)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from typing import Iterator
 
@@ -16,6 +15,7 @@ from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.config.app_config import AppConfig
 from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
 from feiqiu_etl.runs import registry
+from feiqiu_etl.textsafe import escape, terminal_json
 
 def dsn_option(fn):
     fn = click.option("--demo", is_flag=True, help="the demo's database (feiqiu_demo) on the embedded server")(fn)
@@ -52,12 +52,15 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
 
 def _echo_json(data) -> None:
     """JSON as the web API gives it (:func:`registry.jsonable`): seconds as numbers, ISO 8601 times."""
-    click.echo(json.dumps(registry.jsonable(data), ensure_ascii=False, default=str))
+    click.echo(terminal_json(registry.jsonable(data)))
 
 
 def _resolve(conn: psycopg.Connection, run_id: str) -> str:
     if not run_id.strip():  # an empty prefix would match every run (cancel "" must not cancel the only one)
         raise UsageFailure("an empty run id: give a run id, a prefix of one, or 'last' (see feiqiu-etl runs)")
+    problem = registry.run_id_problem(run_id)
+    if problem:
+        raise UsageFailure(problem)
     found = registry.matching_runs(conn, run_id, limit=6)
     if not found:
         raise UsageFailure(f"no run {run_id!r} (see feiqiu-etl runs)")
@@ -129,7 +132,7 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     from feiqiu_etl.alerts.record import alert_lines
 
     for line in alert_lines(run.get("alerts") or []):
-        click.echo(line)
+        click.echo(escape(line))
 
 
 @click.command()
@@ -150,14 +153,14 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         if not watch:
             render_status(registry.running(conn))
             return
-        from rich.console import Console, Group
+        from rich.console import Group
         from rich.live import Live
 
-        from feiqiu_etl.report import progress_view
+        from feiqiu_etl.report import SafeConsole, progress_view
 
         watched: list[str] = []
         seen_any = False
-        with Live(console=Console(), refresh_per_second=2) as live:
+        with Live(console=SafeConsole(), refresh_per_second=2) as live:
             try:
                 while True:
                     current = registry.running(conn)

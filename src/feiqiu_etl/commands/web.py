@@ -18,7 +18,7 @@ from feiqiu_etl.cli import _setup_logging, common_options
 from feiqiu_etl.commands.ops import dsn_option, warehouse
 from feiqiu_etl.flowcli import UsageFailure, database
 
-MIN_TOKEN_LENGTH = 16
+MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: it loads Starlette)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -43,7 +43,7 @@ def _listen(host: str, port: int) -> socket.socket:
 @click.option("--auth-token", envvar="FEIQIU_WEB_TOKEN", metavar="TOKEN",
               help="require this token (Authorization: Bearer, or the login form) on every request "
                    f"(env FEIQIU_WEB_TOKEN, preferred: a command line is visible to other users); at least "
-                   f"{MIN_TOKEN_LENGTH} characters")
+                   f"{MIN_TOKEN_LENGTH} characters that are not whitespace, not all the same")
 @click.option("--stale-hours", type=click.FloatRange(0.01, 8760), default=26.0, show_default=True,
               help="Freshness page: red when the last complete window or snapshot is older than this")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
@@ -56,13 +56,13 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, de
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
     and the JSON API (README "The web page")."""
     _setup_logging(verbose, log_format)
-    from feiqiu_etl.web.security import needs_token
+    from feiqiu_etl.web.security import needs_token, token_problem
 
     if needs_token(host) and not auth_token:
         raise UsageFailure(f"binding {host} needs --auth-token (or FEIQIU_WEB_TOKEN); without a token only "
                            "127.0.0.1, ::1 and localhost are served")
-    if auth_token is not None and len(auth_token) < MIN_TOKEN_LENGTH:
-        raise UsageFailure(f"the auth token must have at least {MIN_TOKEN_LENGTH} characters")
+    if auth_token is not None and token_problem(auth_token):
+        raise UsageFailure(token_problem(auth_token))
     from feiqiu_etl.connector import load_connector
     from feiqiu_etl.connector.model import ConnectorError
 

@@ -75,7 +75,9 @@ class LaneModel(_Strict):
     @classmethod
     def _base(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http(s) URL, got {v!r}")
+            from feiqiu_etl.textsafe import redact_url
+
+            raise ValueError(f"must be an http(s) URL, got {redact_url(v)!r}")
         return v
 
     @model_validator(mode="after")
@@ -106,7 +108,9 @@ class FleetModel(_Strict):
         if len(set(envs)) != len(envs):
             raise ValueError("two lanes read the same token_env: one token is one lane (merge their stores)")
         if self.api_base is not None and not self.api_base.startswith(("http://", "https://")):
-            raise ValueError(f"api_base must be an http(s) URL, got {self.api_base!r}")
+            from feiqiu_etl.textsafe import redact_url
+
+            raise ValueError(f"api_base must be an http(s) URL, got {redact_url(self.api_base)!r}")
         return self
 
 

@@ -294,7 +294,9 @@ def _api_base(base: str | None, where: str = "") -> str:
     if not base:
         raise ConfigError(f"no API base URL{' for ' + where if where else ''}: set FEIQIU_API_BASE or pass --api-base")
     if not base.startswith(("http://", "https://")):
-        raise ConfigError(f"--api-base must be an http(s) URL, got {base!r}")
+        from feiqiu_etl.textsafe import redact_url
+
+        raise ConfigError(f"--api-base must be an http(s) URL, got {redact_url(base)!r}")
     return base
 
 

@@ -151,7 +151,7 @@ class LanePlan:
         return sum(t.estimate.seconds for t in self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
-        from feiqiu_etl.api.client import redact_url
+        from feiqiu_etl.textsafe import redact_url
 
         return {"name": self.name, "key": self.key, "token_env": self.token_source,
                 "api_base": redact_url(self.api_base),

@@ -110,6 +110,9 @@ class FlowRunner:
                 conn, self.run_id, command=self.command, args=self.args, config=plan.settings,
                 lanes=[lane.key for lane in plan.lanes], stores=plan.stores, tasks=plan.task_codes, started_at=started))
         RunIdFilter.run_id = self.run_id
+        from feiqiu_etl.alerts import warm_up  # loads Apprise meanwhile, so the end spends only the bound
+
+        warm_up()
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect)

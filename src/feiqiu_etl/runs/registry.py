@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import socket
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -27,6 +28,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 CANCEL_CHANNEL = "feiqiu_etl_cancel"
+RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
+"""What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (``runner.flow_runner.new_run_id``); anything
+else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
+database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
 STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "INTERRUPTED")
 FINISHED = STATUSES[1:]
 HOST = socket.gethostname()
@@ -230,7 +235,31 @@ def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> 
                 "SELECT ts, level, lane, site_id, task, message FROM etl_meta.run_log WHERE run_id = %s "
                 "ORDER BY seq", (run_id,)).fetchall()
     conn.commit()
+    if run is not None and isinstance(run.get("args"), dict):
+        run["args"] = redact_args(run["args"])  # records of older versions kept a URL's query secrets
     return run
+
+
+def redact_args(params: dict[str, Any]) -> dict[str, Any]:
+    """A command's parameters as they may be stored and shown: the token never (``***``), a DSN without its
+    password (:func:`~feiqiu_etl.db.connection.redact_dsn`), the API base without its secrets
+    (:func:`~feiqiu_etl.textsafe.redact_url`); tuples as lists. Idempotent."""
+    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.textsafe import redact_url
+
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if key == "token":
+            out[key] = "***" if value else None
+        elif key == "dsn" and isinstance(value, str) and value:
+            out[key] = redact_dsn(value)
+        elif key == "api_base" and isinstance(value, str) and value:
+            out[key] = redact_url(value)
+        elif isinstance(value, tuple):
+            out[key] = list(value)
+        else:
+            out[key] = value
+    return out
 
 
 def running(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -242,6 +271,16 @@ def running(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "FROM etl_meta.run WHERE status = 'RUNNING' ORDER BY started_at").fetchall()
     conn.commit()
     return rows
+
+
+def run_id_problem(text: str) -> str | None:
+    """None when ``text`` may be a run id or a prefix of one (:data:`RUN_ID_CHARACTERS`, or ``last``), else a
+    one-line reason that shows it escaped and shortened."""
+    if re.fullmatch(RUN_ID_CHARACTERS, text):
+        return None
+    shown = repr(text[:40]) + ("…" if len(text) > 40 else "")
+    return (f"not a run id: {shown} (run ids are letters, digits and . _ : - only, at most 128 of them; "
+            "see feiqiu-etl runs)")
 
 
 def resolve_run_id(conn: psycopg.Connection, prefix: str) -> str | None:

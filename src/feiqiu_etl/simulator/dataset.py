@@ -3,7 +3,10 @@
 What it is for: :class:`Dataset` owns one :class:`~feiqiu_etl.simulator.state.Store` per site, generated from
 (seed, scale, anchor, days, site ids) only, and answers what the HTTP layer and the tests ask: the records of a
 list endpoint in API order (upstream-api.md §1.3), a window of them (§1.2, half-open, ``""`` never matches), the
-``data`` of a detail endpoint (§5.2–§5.4), and edits, deletes, inserts and random churn (§1.5, Q11–Q13).
+``data`` of a detail endpoint (§5.2–§5.4), and edits, deletes, inserts and random churn (§1.5, Q11–Q13). Its clock
+moves forward with :meth:`Dataset.advance_trading` (the trading and edits of that time, ``trading``); each state it
+reaches is kept as a *mark*, so :meth:`Dataset.minimum_requests` can say what a connector that loaded everything up
+to a mark needs next (``minimum``).
 
 What it must never do: hand out a reference to live data through its public methods (they return deep copies), or
 change a published record in place. Every method takes the dataset lock, so tests may call it while the server
@@ -16,6 +19,7 @@ import bisect
 import copy
 import random
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,11 +36,35 @@ from feiqiu_etl.simulator.catalog import (
 )
 from feiqiu_etl.simulator.config import SimulatorConfig
 from feiqiu_etl.simulator.master import MEMBER_TAGS, generate_master
+from feiqiu_etl.simulator.minimum import RequestMinimum, classify, minimum_requests
+from feiqiu_etl.simulator.params import MAX_LIMIT
 from feiqiu_etl.simulator.state import Record, Store
 from feiqiu_etl.simulator.timeline import Timeline
+from feiqiu_etl.simulator.trading import Trading
 from feiqiu_etl.simulator.values import fmt_time
 
 MUTATION_KINDS = ("updated", "deleted", "inserted")
+MAX_ADVANCE_HOURS = 24 * 31
+"""The most one call of :meth:`Dataset.advance_trading` moves the clock (a month, like a window, §1.2)."""
+
+Tables = dict[str, dict[Any, Record]]
+"""One store's records: task code → primary key → record (shallow: records are never changed in place)."""
+
+
+@dataclass(frozen=True)
+class AdvanceSummary:
+    """What :meth:`Dataset.advance_trading` did: the clock moved from ``start`` to ``end``; ``changes`` is, per
+    store and task, how many records were ``inserted``, ``updated`` (beyond their volatile field),
+    ``volatile_only`` (only the Q11 volatile field changed, ``updateTime`` kept) and ``deleted``."""
+
+    start: datetime
+    end: datetime
+    changes: Mapping[int, Mapping[str, Mapping[str, int]]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": fmt_time(self.start), "now": fmt_time(self.end),
+                "hours": (self.end - self.start).total_seconds() / 3600,
+                "sites": {str(site): dict(tasks) for site, tasks in self.changes.items()}}
 
 
 @dataclass(frozen=True)
@@ -76,6 +104,7 @@ class Dataset:
         self._stores = {site: build_store(config, site, self._anchor, faker) for site in config.all_site_ids()}
         self._views: dict[tuple[str, int], _SortedView] = {}
         self._churn_rng = random.Random(f"feiqiu-churn|{config.seed}")
+        self._marks: list[tuple[datetime, dict[int, Tables]]] = [(self._anchor, self._tables())]
 
     # --- clock -------------------------------------------------------------------------------------------------
     @property
@@ -93,10 +122,63 @@ class Dataset:
             self._now = value.replace(microsecond=0, tzinfo=None)
 
     def advance(self, seconds: float) -> str:
+        """Move the clock only (nothing happens in that time); see :meth:`advance_trading` for a store that trades."""
         with self._lock:
             self._now += timedelta(seconds=seconds)
             self._now = self._now.replace(microsecond=0)
             return fmt_time(self._now)
+
+    def advance_trading(self, hours: float) -> AdvanceSummary:
+        """Move the clock ``hours`` forward and generate what every store does in that time (module ``trading``:
+        trading at the scale's per-day volumes, reopened settlements, member and goods edits, Q11 volatile changes,
+        Q13 changes that keep their window field, refunds), stamped inside ``[now, now + hours)``.
+
+        Deterministic for (the data so far, seed, scale, the clock, ``hours``). The state reached is kept as a mark
+        for :meth:`minimum_requests`. Raises ``ValueError`` unless ``0 < hours <= MAX_ADVANCE_HOURS``.
+        """
+        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not 0 < hours <= MAX_ADVANCE_HOURS:
+            raise ValueError(f"hours must be a number > 0 and <= {MAX_ADVANCE_HOURS}, not {hours!r}")
+        cfg = self._config
+        with self._lock:
+            start = self._now
+            end = (start + timedelta(hours=hours)).replace(microsecond=0)
+            if end <= start:
+                raise ValueError("hours must move the clock by at least one second")
+            before = self._tables()
+            for site_id in sorted(self._stores):
+                store = self._stores[site_id]
+                rng = random.Random(f"feiqiu-advance|{cfg.seed}|{cfg.scale}|{site_id}|{fmt_time(start)}|{fmt_time(end)}")
+                with store.using_rng(rng):
+                    store.faker.seed_instance(rng.getrandbits(64))
+                    Trading(store, cfg.profile_for(site_id)).run_span(start, end)
+            self._now = end
+            after = self._tables()
+            self._marks.append((end, after))
+        changes = {site: {task: classify(task, before[site][task], after[site][task]).counts() for task in TASK_CODES}
+                   for site in sorted(after)}
+        return AdvanceSummary(start, end, changes)
+
+    def marks(self) -> list[datetime]:
+        """The times whose state is kept: the anchor, then the end of every :meth:`advance_trading`."""
+        with self._lock:
+            return [at for at, _ in self._marks]
+
+    def minimum_requests(self, site_id: int, start: datetime, end: datetime, limit: int = MAX_LIMIT) -> RequestMinimum:
+        """The fewest requests a perfect connector needs for ``site_id`` over ``[start, end)`` (module ``minimum``).
+
+        It knows the state of the latest mark at or before ``start`` (none: a first load, every parent in scope is
+        new) and compares the data at ``end`` (the live data if ``end`` is now or later, else the latest mark at or
+        before it). Raises ``KeyError`` for an unknown site, ``ValueError`` for an empty range or a bad ``limit``.
+        """
+        with self._lock:
+            self._store(site_id)
+            known = [tables for at, tables in self._marks if at <= start]
+            if end >= self._now:
+                after = self._tables(site_id)[site_id]
+            else:
+                after = ([tables for at, tables in self._marks if at <= end] or [self._marks[0][1]])[-1][site_id]
+            before = known[-1][site_id] if known else {}
+            return minimum_requests(site_id, before, after, start, end, limit, first_load=not known)
 
     # --- queries -----------------------------------------------------------------------------------------------
     @property
@@ -303,6 +385,11 @@ class Dataset:
             return kind
 
     # --- helpers -----------------------------------------------------------------------------------------------
+    def _tables(self, *sites: int) -> dict[int, Tables]:
+        """A shallow copy of every task table of ``sites`` (default: all); records are shared, never changed."""
+        return {site: {task: dict(self._stores[site].records[task]) for task in TASK_CODES}
+                for site in (sites or self._stores)}
+
     def _store(self, site_id: int) -> Store:
         store = self._stores.get(site_id)
         if store is None:
@@ -326,4 +413,4 @@ class Dataset:
         ]
 
 
-__all__ = ["Dataset", "MUTATION_KINDS", "VOLATILE_FIELDS", "build_store"]
+__all__ = ["AdvanceSummary", "Dataset", "MAX_ADVANCE_HOURS", "MUTATION_KINDS", "VOLATILE_FIELDS", "build_store"]

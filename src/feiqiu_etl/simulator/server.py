@@ -4,7 +4,8 @@ the object tests and the CLI hold.
 What it is for: serving upstream-api.md over real HTTP/1.1 (keep-alive) on loopback, writing each response fully
 *before* telling risk control the request is complete (§2.2 rule 2 measures the gap from that instant), and
 recording every request in the log. ``GET`` on an API path answers HTTP 405 (HTML, ``Allow: POST``); unknown
-paths answer HTTP 404 (HTML); ``GET /__sim/log`` returns the request log as JSON without authentication.
+paths answer HTTP 404 (HTML); the simulator's own endpoints live under ``/__sim/`` (``admin``: the request log, the
+clock, moving time forward, the minimum requests) and are not logged.
 
 What it must never do: bind anything but the configured host (loopback by default), print or log the token
 (only :func:`serve_forever` prints it, once), or let one failing request stop the server.
@@ -16,13 +17,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from feiqiu_etl.simulator.admin import PREFIX as ADMIN_PREFIX
 from feiqiu_etl.simulator.config import SimulatorConfig
-from feiqiu_etl.simulator.dataset import Dataset
+from feiqiu_etl.simulator.dataset import AdvanceSummary, Dataset
 from feiqiu_etl.simulator.faults import FaultInjector
+from feiqiu_etl.simulator.minimum import RequestMinimum
 from feiqiu_etl.simulator.requestlog import RequestLog, RequestLogEntry
 from feiqiu_etl.simulator.risk import RiskController
 from feiqiu_etl.simulator.service import Reply, Service
@@ -54,7 +58,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         seq = simulator.log.next_seq()
         reply = simulator.service.handle(method, path, self.headers, raw)
-        logged = path != "/__sim/log"
+        logged = not path.startswith(ADMIN_PREFIX)  # the simulator's own endpoints are not API traffic
         if logged:
             simulator.log.writing(seq)
         try:
@@ -158,6 +162,16 @@ class Simulator:
 
     def clear_log(self) -> None:
         self.log.clear()
+
+    def advance(self, hours: float) -> AdvanceSummary:
+        """Move the simulator's clock ``hours`` forward with the trading and edits of that time (what
+        ``POST /__sim/advance`` does; see :meth:`Dataset.advance_trading`). Raises ``ValueError`` for bad hours."""
+        return self.dataset.advance_trading(hours)
+
+    def minimum_requests(self, site_id: int, start: datetime, end: datetime, limit: int = 200) -> RequestMinimum:
+        """The fewest requests a perfect connector needs for a store over ``[start, end)`` (naive Shanghai times;
+        ``POST /__sim/minimum``; see :meth:`Dataset.minimum_requests`)."""
+        return self.dataset.minimum_requests(site_id, start, end, limit)
 
     def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
         """Schema drift: from now on every list record of ``task_code`` (``"*"``: all) carries ``name: value``."""

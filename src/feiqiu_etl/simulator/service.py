@@ -11,6 +11,8 @@ Order of checks for a request to an API path, which decides what it costs the ca
    40003), the lookup (40401) and the answer. Its completion (after the server wrote the response) starts the
    next gap.
 
+Paths under ``/__sim/`` are the simulator's own (``admin``): no risk control, no faults.
+
 What it must never do: write to sockets (the server does), log tokens, or answer ``null`` where a list belongs.
 """
 
@@ -23,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from feiqiu_etl.simulator.admin import PREFIX as ADMIN_PREFIX
+from feiqiu_etl.simulator.admin import Admin
 from feiqiu_etl.simulator.catalog import (
     DETAIL_BY_PATH,
     LIST_BY_PATH,
@@ -114,6 +118,7 @@ class Service:
         self._extra: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (config.extra_fields or {}).items()}
         self._extra_lock = threading.Lock()
         self._revoked: dict[str, int] = {}  # token -> requests it may still send before it answers 40101
+        self.admin = Admin(config, dataset, log)
 
     def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
         """From now on every list record of ``task_code`` (``"*"``: every task) carries ``name: value``."""
@@ -152,9 +157,8 @@ class Service:
 
     # --- entry point -------------------------------------------------------------------------------------------
     def handle(self, method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
-        if method == "GET" and path == "/__sim/log":
-            entries = [e.to_json() for e in self.log.snapshot()]
-            return Reply(200, json.dumps(entries, ensure_ascii=False).encode(), outcome="accepted")
+        if path.startswith(ADMIN_PREFIX):
+            return self._admin(method, path, headers, raw)
         endpoint = LIST_BY_PATH.get(path) or DETAIL_BY_PATH.get(path)
         if endpoint is None:
             return html_reply(404, "not_found")
@@ -179,6 +183,14 @@ class Service:
             return self._envelope(decision.code, MESSAGES[decision.code], {"retryAfter": decision.retry_after},
                                   escaped, outcome="rejected", **context)
         return self._accepted(token, endpoint, body, body_error, context)
+
+    def _admin(self, method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        answer = self.admin.handle(method, path, _bearer(headers), raw)
+        if answer is None:
+            return html_reply(404, "not_found")
+        if answer.raw is not None:
+            return Reply(200, answer.raw, outcome="accepted")
+        return self._envelope(answer.code, answer.msg, answer.data, False)
 
     # --- accepted requests ----------------------------------------------------------------------------------------
     def _accepted(self, token: str, endpoint: ListEndpoint | DetailEndpoint, body: dict | None,

@@ -9,8 +9,10 @@ anchor, or consume randomness in an order that depends on anything but (seed, sc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
+from typing import Any
 
 from feiqiu_etl.simulator.config import ScaleProfile
 from feiqiu_etl.simulator.events import (
@@ -30,6 +32,8 @@ from feiqiu_etl.simulator.values import ZERO, business_time, cents, fmt_time, pa
 
 LIVE_HOURS = timedelta(hours=4)
 """Table sessions opened this close to the anchor are still running (PLAYING/PAUSED/FINISHED)."""
+HANDOVER_SLACK_MINUTES = 15
+"""A shift is handed over up to this long after it ends."""
 
 
 @dataclass(order=True)
@@ -38,6 +42,8 @@ class Event:
     order: int
     kind: str = field(compare=False)
     plan: SettlementPlan | None = field(default=None, compare=False)
+    ref: Any = field(default=None, compare=False)
+    """The primary key an edit event acts on (``trading``); ``None`` for new trading."""
 
 
 def _count(store: Store, per_day: float) -> int:
@@ -111,7 +117,7 @@ class Timeline:
             events.extend(_day_events(store, self.profile, day_start, day_start + timedelta(days=1), counter))
         for event in sorted(events):
             getattr(self, f"_on_{event.kind}")(event)
-        self._handovers(days)
+        self._handovers(store.start, store.anchor)
         self._open_tables()
         self._live_table_states()
 
@@ -226,16 +232,24 @@ class Timeline:
                 store.put("ODS_ASSISTANT_SERVICE", service)
 
     # --- after the events ----------------------------------------------------------------------------------
-    def _handovers(self, days: int) -> None:
+    def _handovers(self, lo: datetime, hi: datetime, catch_up: bool = False) -> None:
+        """The shift handovers whose time lies in ``[lo, hi)``. With ``catch_up`` (a later span), a shift whose
+        handover an earlier span drew at or after its end is stamped ``lo``; a shift that has one is skipped."""
         store = self.store
         shifts = ((10, 8), (18, 8)) if self.profile.handovers_per_day < 3 else ((8, 8), (16, 8), (0, 8))
-        for index in range(-1, days + 1):
-            day = datetime.combine((store.start + timedelta(days=index)).date(), time())
+        done = {h["shiftStartTime"] for h in store.values("ODS_SHIFT_HANDOVER")}
+        for index in range(-1, math.ceil((hi - lo) / timedelta(days=1)) + 1):
+            day = datetime.combine((lo + timedelta(days=index)).date(), time())
             for number, (hour, length) in enumerate(shifts):
                 shift_start = day + timedelta(hours=hour)
-                handover_at = shift_start + timedelta(hours=length, minutes=store.rng.randint(0, 15))
-                if not store.start <= handover_at < store.anchor:
+                end = shift_start + timedelta(hours=length)
+                handover_at = end + timedelta(minutes=store.rng.randint(0, HANDOVER_SLACK_MINUTES))
+                if handover_at >= hi or fmt_time(shift_start) in done:
                     continue
+                if handover_at < lo:
+                    if not (catch_up and end + timedelta(minutes=HANDOVER_SLACK_MINUTES) >= lo):
+                        continue
+                    handover_at = lo
                 closing = number == len(shifts) - 1 and len(shifts) == 2
                 receiver = "" if closing else store.rng.choice(("前台-小林", "收银-阿芳", "夜班-小陈"))
                 store.put("ODS_SHIFT_HANDOVER", make_handover(store, shift_start, handover_at, receiver))

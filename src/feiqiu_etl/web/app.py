@@ -41,10 +41,11 @@ from starlette.staticfiles import StaticFiles
 
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn, scrub
 from feiqiu_etl.runs import registry
-from feiqiu_etl.web import queries
+from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
 from feiqiu_etl.web.format import FILTERS
 from feiqiu_etl.web.live import LiveFeed
-from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, AccessGuard, Security
+from feiqiu_etl.web.security import (SESSION_COOKIE, SESSION_TTL, AccessGuard, Security, client_address,
+                                     retry_after)
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
 
 HERE = Path(__file__).parent
@@ -196,7 +197,14 @@ def create_app(settings: WebSettings) -> Starlette:
         if not security.origin_allowed(request):
             return JSONResponse({"error": "cross-site login refused"}, 403)
         form = await request.form()
-        sid = security.login(str(form.get("token") or ""))
+        address = client_address(request.scope)  # from here to the check: no await (one step, see security)
+        wait = security.throttle.wait(address)
+        if wait > 0:
+            response = await login_page(request, 429, error="Too many failed logins from your address: try again "
+                                                           f"in {retry_after(wait)} s.")
+            response.headers["Retry-After"] = retry_after(wait)
+            return response
+        sid = security.login(str(form.get("token") or ""), address)
         if sid is None:
             await asyncio.sleep(0.5)  # slows guessing down
             return await login_page(request, 401, error="That is not the token this server was started with.")
@@ -319,16 +327,16 @@ def create_app(settings: WebSettings) -> Starlette:
 
     routes = [
         Route("/", runs_page),
-        Route("/runs/{run_id}", run_page),
-        Route("/runs/{run_id}/timeline.svg", timeline_image),
+        Route("/runs/{run_id:run_id}", run_page),
+        Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
         Route("/live", live_page),
         Route("/freshness", freshness_page),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/api/runs", api_runs),
-        Route("/api/runs/{run_id}", api_run),
-        Route("/api/runs/{run_id}/requests", api_requests),
-        Route("/api/runs/{run_id}/cancel", api_cancel, methods=["POST"]),
+        Route("/api/runs/{run_id:run_id}", api_run),
+        Route("/api/runs/{run_id:run_id}/requests", api_requests),
+        Route("/api/runs/{run_id:run_id}/cancel", api_cancel, methods=["POST"]),
         Route("/api/status", api_status),
         Route("/api/status/stream", api_stream),
         Route("/api/freshness", api_freshness),

@@ -14,8 +14,20 @@
   POST whose ``Origin`` names another host is refused (403). The session cookie is ``HttpOnly`` and
   ``SameSite=Strict``.
 
-The token is compared in constant time and never stored, logged or echoed; sessions live in this process
-only (a restart logs everyone out).
+* **Token strength** (:func:`token_problem`): at least :data:`MIN_TOKEN_CHARACTERS` characters that are not
+  whitespace, not all the same character, no control character and no whitespace at either end (a Bearer
+  header could never carry it); the command refuses anything else at start.
+* **Guessing** (:class:`LoginThrottle`): every failed token check — the login form or a wrong Bearer header —
+  counts against the client's address (the TCP peer; proxy headers are not trusted). The first
+  ``free_failures`` cost nothing but the login form's half-second answer; from then on the address must wait
+  1 s, 2 s, 4 s … (at most 60 s) before its next check, and after ``lockout_after`` failures it is locked out
+  for 15 minutes, again after every further failure, until 15 minutes pass without one. A check that comes
+  too early is not made: it gets 429 with ``Retry-After`` (so concurrent guesses gain nothing: the check and the
+  bookkeeping happen in one step of the event loop). A correct token clears the address's failures; other
+  addresses are not affected. Requests that carry no token (an open page, a session cookie) are not counted.
+
+The token is compared in constant time (HMAC digests of equal length) and never stored, logged or echoed;
+sessions live in this process only (a restart logs everyone out).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import math
 import secrets
 import threading
 import time
@@ -41,6 +54,120 @@ PUBLIC_PATHS = ("/login", "/static/")
 SESSION_TTL = 12 * 3600.0
 """Seconds a login lasts."""
 MAX_SESSIONS = 1000
+MIN_TOKEN_CHARACTERS = 16
+"""Fewest characters that are not whitespace an auth token must have."""
+
+
+def token_problem(token: str) -> str | None:
+    """None when ``token`` is strong enough for the web page (module docstring), else a one-line reason that
+    never quotes it."""
+    if any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in token):
+        return "the auth token must not contain control characters"
+    visible = [c for c in token if not c.isspace()]
+    if len(visible) < MIN_TOKEN_CHARACTERS:
+        return f"the auth token must have at least {MIN_TOKEN_CHARACTERS} characters that are not whitespace"
+    if token != token.strip():
+        return "the auth token must not begin or end with whitespace"
+    if len(set(visible)) < 2:
+        return "the auth token must not be one character repeated"
+    return None
+
+
+@dataclass(frozen=True)
+class ThrottleRules:
+    """How failed token checks of one client address are throttled (module docstring). Seconds."""
+
+    free_failures: int = 3
+    first_delay: float = 1.0
+    max_delay: float = 60.0
+    lockout_after: int = 10
+    lockout: float = 900.0
+    forget_after: float = 900.0
+    max_addresses: int = 10_000
+
+    def delay(self, failures: int) -> float:
+        """Seconds the address must wait after its ``failures``-th failure in a row."""
+        if failures >= self.lockout_after:
+            return self.lockout
+        if failures < self.free_failures:
+            return 0.0
+        return min(self.first_delay * 2 ** (failures - self.free_failures), self.max_delay)
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    last: float = 0.0
+    next_allowed: float = 0.0
+
+
+@dataclass(frozen=True)
+class ThrottleStatistics:
+    addresses: int
+    locked_addresses: int
+    refused: int
+
+
+class LoginThrottle:
+    """Failed token checks per client address, and how long each address must wait before its next check.
+    Thread-safe; ``clock`` is injectable (tests)."""
+
+    def __init__(self, rules: ThrottleRules = ThrottleRules(), clock: Callable[[], float] = time.monotonic):
+        self.rules = rules
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_address: dict[str, _Failures] = {}
+        self._refused = 0
+
+    def wait(self, address: str, *, count: bool = True) -> float:
+        """Seconds before ``address`` may have a token checked (0: now). A positive answer counts as a refused
+        check unless ``count`` is False."""
+        now = self._clock()
+        with self._lock:
+            failures = self._by_address.get(address)
+            if failures is None:
+                return 0.0
+            if now >= failures.next_allowed and now - failures.last > self.rules.forget_after:
+                del self._by_address[address]
+                return 0.0
+            left = max(0.0, failures.next_allowed - now)
+            if left > 0 and count:
+                self._refused += 1
+            return left
+
+    def failed(self, address: str) -> float:
+        """Count a failed check of ``address``; returns the seconds it must now wait."""
+        now = self._clock()
+        with self._lock:
+            failures = self._by_address.get(address)
+            if failures is None:
+                if len(self._by_address) >= self.rules.max_addresses:
+                    self._forget_oldest(now)
+                failures = self._by_address[address] = _Failures()
+            failures.count += 1
+            failures.last = now
+            wait = self.rules.delay(failures.count)
+            failures.next_allowed = now + wait
+            return wait
+
+    def succeeded(self, address: str) -> None:
+        """A correct token from ``address``: its failures are forgotten."""
+        with self._lock:
+            self._by_address.pop(address, None)
+
+    def statistics(self) -> ThrottleStatistics:
+        now = self._clock()
+        with self._lock:
+            locked = sum(1 for f in self._by_address.values()
+                         if f.count >= self.rules.lockout_after and f.next_allowed > now)
+            return ThrottleStatistics(len(self._by_address), locked, self._refused)
+
+    def _forget_oldest(self, now: float) -> None:
+        """Make room: addresses free to try again go first, then those that failed longest ago."""
+        order = sorted(self._by_address, key=lambda a: (self._by_address[a].next_allowed > now,
+                                                        self._by_address[a].last))
+        for address in order[: max(1, len(order) // 10)]:
+            del self._by_address[address]
 
 
 def needs_token(host: str) -> bool:
@@ -74,18 +201,24 @@ class SecurityStatistics:
     unauthorized: int
     csrf_refused: int
     host_refused: int
+    bearer_refused: int = 0
+    throttled: int = 0
+    throttled_addresses: int = 0
+    locked_addresses: int = 0
 
 
 class Security:
     """The rules of the module docstring for one server process. ``token`` None: loopback without auth."""
 
-    def __init__(self, token: str | None, bind_host: str = "127.0.0.1"):
-        self._token = token.encode() if token else None
+    def __init__(self, token: str | None, bind_host: str = "127.0.0.1", throttle: LoginThrottle | None = None):
         self._secret = secrets.token_bytes(32)
+        self._token = self._digest(token) if token else None
         self._bind_host = bind_host.strip("[]").lower()
         self._sessions: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._counts = {"logins": 0, "failed_logins": 0, "unauthorized": 0, "csrf_refused": 0, "host_refused": 0}
+        self._counts = {"logins": 0, "failed_logins": 0, "unauthorized": 0, "csrf_refused": 0, "host_refused": 0,
+                        "bearer_refused": 0}
+        self.throttle = throttle or LoginThrottle()
 
     @property
     def enabled(self) -> bool:
@@ -93,25 +226,37 @@ class Security:
         return self._token is not None
 
     def statistics(self) -> SecurityStatistics:
+        throttle = self.throttle.statistics()
         with self._lock:
-            return SecurityStatistics(sessions=len(self._sessions), **self._counts)
+            return SecurityStatistics(sessions=len(self._sessions), **self._counts, throttled=throttle.refused,
+                                      throttled_addresses=throttle.addresses,
+                                      locked_addresses=throttle.locked_addresses)
 
     def _count(self, what: str) -> None:
         with self._lock:
             self._counts[what] += 1
 
     # ------------------------------------------------------------------------------------------ identity
+    def _digest(self, text: str) -> bytes:
+        return hmac.new(self._secret, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+
     def token_matches(self, candidate: str | None) -> bool:
-        """Constant-time comparison with the configured token (False when there is none)."""
+        """Constant-time comparison with the configured token (False when there is none): HMAC digests of
+        both, so neither the content nor the length of the token leaks through timing."""
         if self._token is None or not candidate:
             return False
-        return hmac.compare_digest(candidate.encode(), self._token)
+        return hmac.compare_digest(self._digest(candidate), self._token)
 
-    def login(self, candidate: str | None) -> str | None:
-        """A new session id when ``candidate`` is the token, else None."""
+    def login(self, candidate: str | None, address: str | None = None) -> str | None:
+        """A new session id when ``candidate`` is the token, else None. With ``address`` the outcome counts for
+        the throttle (the caller asked :meth:`LoginThrottle.wait` first, in the same step)."""
         if not self.token_matches(candidate):
             self._count("failed_logins")
+            if address is not None:
+                self.throttle.failed(address)
             return None
+        if address is not None:
+            self.throttle.succeeded(address)
         sid = secrets.token_urlsafe(32)
         now = time.monotonic()
         with self._lock:
@@ -173,7 +318,8 @@ class Security:
 
     def identify(self, scope: Scope) -> tuple[str | None, str | None]:
         """``(auth, session id)`` of a request: auth is ``"bearer"``, ``"session"``, ``"open"`` (no token
-        configured) or None (not authenticated)."""
+        configured), ``"throttled"`` (a Bearer header from an address that must wait: not checked) or None (not
+        authenticated). A Bearer header counts for the throttle of the client's address."""
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
         sid = None
         raw_cookie = headers.get("cookie")
@@ -189,8 +335,15 @@ class Security:
             return "open", None
         auth = headers.get("authorization", "")
         scheme, _, value = auth.partition(" ")
-        if scheme.lower() == "bearer" and self.token_matches(value.strip()):
-            return "bearer", None
+        if scheme.lower() == "bearer":
+            address = client_address(scope)
+            if self.throttle.wait(address) > 0:
+                return "throttled", None
+            if self.token_matches(value.strip()):
+                self.throttle.succeeded(address)
+                return "bearer", None
+            self.throttle.failed(address)
+            self._count("bearer_refused")
         if self.session_valid(sid):
             return "session", sid
         return None, None
@@ -222,6 +375,10 @@ class AccessGuard:
         state = scope.setdefault("state", {})
         state["auth"], state["session"] = auth, sid
         path = scope.get("path", "")
+        if auth == "throttled":
+            wait = self.security.throttle.wait(client_address(scope), count=False)
+            await too_many_attempts(wait)(scope, receive, _with_headers(send))
+            return
         if auth is None and not path.startswith(PUBLIC_PATHS):
             self.security._count("unauthorized")
             if scope.get("method") == "GET" and not path.startswith("/api/") and \
@@ -233,6 +390,23 @@ class AccessGuard:
             await response(scope, receive, _with_headers(send))
             return
         await self.app(scope, receive, _with_headers(send, no_store=not path.startswith("/static/")))
+
+
+def client_address(scope: Scope) -> str:
+    """The client's address as the server saw it (the TCP peer): what the throttle counts."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def retry_after(wait: float) -> str:
+    """``Retry-After`` for ``wait`` seconds (whole seconds, at least 1)."""
+    return str(max(1, math.ceil(wait)))
+
+
+def too_many_attempts(wait: float) -> JSONResponse:
+    """The 429 answer to a token check that came too early."""
+    return JSONResponse({"error": f"too many failed token checks from this address: try again in "
+                                  f"{retry_after(wait)} s"}, 429, headers={"Retry-After": retry_after(wait)})
 
 
 _SECURITY_HEADERS = [

@@ -1,0 +1,317 @@
+"""A night of one token: what the lane sends against what the data needs, with time scaled down.
+
+One token, N ``medium`` stores (upstream-api.md §4.1's lower-bound volumes) on the simulator with its risk control
+ON, every gap scaled by ``--factor`` (the simulator's G and ban, the connector's random gaps and retry backoff):
+
+1. night 1: ``feiqiu-etl run`` as a real process (a fleet of one lane with the N stores) at ``--now`` = the end of
+   the simulator's history: a first load of ``--days`` days;
+2. the simulator trades for 24 h (``POST /__sim/advance``): settlements, reopened ones, member and goods edits,
+   volatile (Q11) and Q13 changes;
+3. night 2: the same command at ``--now`` 24 h later.
+
+After each night it prints, per store and task, the requests sent (counted in the simulator's request log,
+``GET /__sim/log``) against the minimum a perfect connector needs (``POST /__sim/minimum``: list pages at
+``limit=200`` + one detail per new or changed parent, none for a volatile-only change) and the excess, the rows
+fetched; and for the lane: lane time scaled back to real hours (measured, and requests × the mean configured gap),
+stores fully refreshed within a ``--night-hours`` night, 42901/42902 counts, the share of lane time with a request in
+flight. Later features add flags with ``--run-arg`` (e.g. ``--run-arg=--deadline=...``) and columns in ``COLUMNS``.
+
+Usage: python benchmarks/bench_night.py [--stores 2] [--factor 0.01] [--days 7] [--output FILE]
+(needs the dev extras; starts its own PostgreSQL and simulator; about 8 minutes per store at --factor 0.01)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from feiqiu_etl.connector import load_connector
+from feiqiu_etl.connector.windows import fmt, parse_local
+from feiqiu_etl.db.embedded import create_database, temporary_server
+from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.simulator import SCALE_PROFILES, TASK_CODES
+from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, DETAIL_BY_PATH, LIST_BY_PATH
+
+PY = [sys.executable, "-m", "feiqiu_etl"]
+TOKEN_ENV, TOKEN = "FQ_NIGHT", "fq_bench_night"
+FIRST_SITE = 8640015201004417
+UPSTREAM = {"gap_standard": 3.0, "gap_groupbuy": 8.0, "ban_seconds": 300.0, "violation_window": 60.0}
+"""upstream-api.md §2.2: G per class, the ban, the violation window (all scaled)."""
+RETRY_BACKOFF = 1.0
+"""The connector's first retry backoff (README: ``api.retry_backoff``), scaled like a gap."""
+
+
+@dataclass
+class Night:
+    """One night: the run's JSON, the simulator's log entries of it, the minimum per store, wall seconds."""
+
+    label: str
+    now: datetime
+    start: datetime
+    result: dict
+    entries: list[dict]
+    minimum: dict[int, dict]
+    wall: float
+    per_task: dict[int, dict[str, Counter]] = field(default_factory=dict)
+
+
+def task_of(path: str) -> tuple[str, str] | None:
+    """(task code, "list" | "detail") of an API path."""
+    if path in LIST_BY_PATH:
+        return LIST_BY_PATH[path].task_code, "list"
+    if path in DETAIL_BY_PATH:
+        return DETAIL_BY_PATH[path].parent_task, "detail"
+    return None
+
+
+def gaps(factor: float) -> dict[str, float]:
+    """The connector settings that make every configured gap (the defaults, the connector's per-task ones) and
+    the retry backoff ``factor`` times as long."""
+    base = PipelineConfig()
+    settings = {"pipeline.rate_min": base.rate_min * factor, "pipeline.rate_max": base.rate_max * factor,
+                "api.retry_backoff": RETRY_BACKOFF * factor}
+    for spec in load_connector().tasks:
+        for key in ("rate_min", "rate_max"):
+            if key in (spec.pipeline or {}):
+                settings[f"pipeline.{spec.code.lower()}.{key}"] = spec.pipeline[key] * factor
+    return {k: round(v, 6) for k, v in settings.items()}
+
+
+def mean_gaps() -> dict[str, float]:
+    """The mean configured gap per task (s, unscaled): what one request costs the lane at the default gaps."""
+    base = PipelineConfig()
+    out = {}
+    for spec in load_connector().tasks:
+        p = spec.pipeline or {}
+        out[spec.code] = (p.get("rate_min", base.rate_min) + p.get("rate_max", base.rate_max)) / 2
+    return out
+
+
+def start_simulator(args, fleet: Path, env: dict, log: Path) -> tuple[subprocess.Popen, str, str]:
+    """``feiqiu-etl simulate`` as a process (its stderr to ``log``); returns it, its base URL and its own token
+    (which the ``/__sim/`` endpoints demand)."""
+    f = args.factor
+    cmd = [*PY, "simulate", "--port", "0", "--scale", "medium", "--days", str(args.days), "--seed", str(args.seed),
+           "--anchor", fmt(args.anchor), "--fleet", str(fleet),
+           *(x for k, v in UPSTREAM.items() for x in (f"--{k.replace('_', '-')}", f"{v * f:g}"))]
+    with log.open("w") as errors:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, env=env, text=True)
+    lines: list[str] = []  # "… listening on URL", "Bearer token: T" (or nothing: the process ended)
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout.readline() for _ in range(2)), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    if len(lines) < 2 or "listening on" not in lines[0] or not lines[1].startswith("Bearer token:"):
+        proc.kill()
+        raise SystemExit(f"the simulator did not start: {log.read_text()[-2000:]}")
+    return proc, lines[0].split()[-1], lines[1].split()[-1]
+
+
+ADMIN: dict[str, str] = {}
+"""``{"token": …}``: the simulator's own token, for its ``/__sim/`` endpoints."""
+
+
+def admin(base: str, path: str, body: dict | None = None):
+    """``GET`` (no body) or ``POST`` one of the simulator's ``/__sim/`` endpoints; the answer's data."""
+    if body is None:
+        return httpx.get(f"{base}{path}", timeout=120).json()
+    answer = httpx.post(f"{base}{path}", json=body, headers={"Authorization": f"Bearer {ADMIN['token']}"},
+                        timeout=300).json()
+    if answer["code"] != 0:
+        raise SystemExit(f"{path}: {answer}")
+    return answer["data"]
+
+
+def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now: datetime, start: datetime,
+              settings: dict, after_seq: int) -> Night:
+    cmd = [*PY, "run", "--fleet", str(fleet), "--api-base", base, "--dsn", dsn, "--now", fmt(now), "--unsafe-gaps",
+           "--no-progress", "--json", *([] if args.dwd else ["--no-dwd"]),
+           *(f"--set={k}={v}" for k, v in settings.items()), *args.run_arg]
+    began = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    wall = time.monotonic() - began
+    try:
+        result = json.loads(done.stdout)
+    except ValueError:
+        raise SystemExit(f"{label}: exit {done.returncode}, no JSON: {done.stderr[-2000:]}") from None
+    entries = [e for e in admin(base, "/__sim/log") if e["seq"] > after_seq]
+    minimum = {site: admin(base, "/__sim/minimum", {"siteId": site, "startTime": fmt(start), "endTime": fmt(now)})
+               for site in args.sites}
+    night = Night(label, now, start, result, entries, minimum, wall)
+    for site in args.sites:
+        night.per_task[site] = defaultdict(Counter)
+    for e in entries:
+        where = task_of(e["path"])
+        if where is None or e["site_id"] not in night.per_task:
+            continue
+        counter = night.per_task[e["site_id"]][where[0]]
+        counter[where[1]] += 1
+        counter["sent"] += 1
+    return night
+
+
+# --- report ----------------------------------------------------------------------------------------------------
+
+def _rows(result: dict, site: int, task: str) -> int:
+    return sum(t.get("total_fetched", 0) for t in result.get("tasks", []) if t["site_id"] == site and t["task"] == task)
+
+
+COLUMNS = (  # (header, width, value(night, site, task, its minimum entry, its sent counter)); add columns here
+    # "min" is the ground truth; "vol.only": parents changed only in a volatile field (Q11), which need no detail
+    ("task", 27, lambda n, s, t, m, c: t),
+    ("sent", 6, lambda n, s, t, m, c: c["sent"]),
+    ("min", 6, lambda n, s, t, m, c: m["requests"]),
+    ("excess", 7, lambda n, s, t, m, c: f"{c['sent'] - m['requests']:+d}"),
+    ("pages", 6, lambda n, s, t, m, c: c["list"]),
+    ("min", 5, lambda n, s, t, m, c: m["pages"]),
+    ("details", 8, lambda n, s, t, m, c: c["detail"]),
+    ("min", 5, lambda n, s, t, m, c: m["details"]),
+    ("vol.only", 9, lambda n, s, t, m, c: m["volatile_only"] if t in DETAIL_BY_PARENT else ""),
+    ("rows", 7, lambda n, s, t, m, c: _rows(n.result, s, t)),
+)
+
+
+def table(night: Night, site: int) -> list[str]:
+    header = "  " + " ".join(f"{h:<{w}}" if i == 0 else f"{h:>{w}}" for i, (h, w, _) in enumerate(COLUMNS))
+    lines = [header]
+    minimum = {t["task_code"]: t for t in night.minimum[site]["tasks"]}
+    for task in TASK_CODES:
+        values = [fn(night, site, task, minimum[task], night.per_task[site][task]) for _, _, fn in COLUMNS]
+        lines.append("  " + " ".join(f"{v!s:<{w}}" if i == 0 else f"{v!s:>{w}}"
+                                     for i, ((_, w, _), v) in enumerate(zip(COLUMNS, values))))
+    return lines
+
+
+def report(args, night: Night, means: dict[str, float]) -> list[str]:
+    f = args.factor
+    entries = sorted(night.entries, key=lambda e: e["started"])
+    lines = [f"{night.label}: --now {fmt(night.now)}; minimum over [{fmt(night.start)}, {fmt(night.now)}); "
+             f"run status {night.result.get('status')} (exit {night.result.get('exit_code')})"]
+    if not entries:
+        return [*lines, "  no request was sent"]
+    t0, t_end = entries[0]["started"], max(e["ended"] for e in entries)
+    in_flight = sum(e["ended"] - e["started"] for e in entries)
+    stores = {s["site_id"]: s for lane in night.result.get("lanes", []) for s in lane.get("stores", [])}
+    refreshed = 0
+    total_sent = total_min = 0
+    model_seconds = 0.0
+    for site in args.sites:
+        mine = [e for e in entries if e["site_id"] == site]
+        sent, minimum = len(mine), night.minimum[site]["requests"]
+        total_sent, total_min = total_sent + sent, total_min + minimum
+        done_at = ((max(e["ended"] for e in mine) - t0) / f / 3600) if mine else 0.0
+        status = stores.get(site, {}).get("status", "?")
+        fits = status == "SUCCESS" and done_at <= args.night_hours
+        refreshed += fits
+        model = sum(means[task] * counter["sent"] for task, counter in night.per_task[site].items())
+        model_seconds += model
+        lines.append(f"store {site}: {status}, sent {sent} / minimum {minimum} ({sent / minimum:.2f}x, excess "
+                     f"{sent - minimum:+d}); its last response at {done_at:.2f} h of the lane (scaled back); "
+                     f"at the default gaps {model / 60:.0f} min of lane time")
+        lines.extend(table(night, site))
+    codes = Counter(e["code"] for e in entries)
+    lane_hours = (t_end - t0) / f / 3600
+    lines.append(f"lane: {len(entries)} requests, sent/minimum {total_sent}/{total_min} = {total_sent / total_min:.2f}x; "
+                 f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)}")
+    lines.append(f"  lane time (first request to last response) {t_end - t0:.1f} s measured = {lane_hours:.2f} h "
+                 f"scaled back (÷ {f:g}); the command's wall time {night.wall:.1f} s = {night.wall / f / 3600:.2f} h")
+    lines.append(f"  at the default gaps (requests × mean configured gap): {model_seconds / 3600:.2f} h, "
+                 f"{model_seconds / 60 / len(args.sites):.0f} min per store")
+    lines.append(f"  stores fully refreshed within a {args.night_hours:g}-hour night: {refreshed} of {len(args.sites)}; "
+                 f"lane busy share (a request in flight): {in_flight / (t_end - t0):.1%}; lane time used of the night: "
+                 f"{lane_hours / args.night_hours:.0%}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", type=int, default=2, help="medium stores on the one token (default 2)")
+    parser.add_argument("--factor", type=float, default=0.01, help="every gap and the ban × this (default 0.01)")
+    parser.add_argument("--days", type=int, default=7, help="days of history = the first load (default 7)")
+    parser.add_argument("--night-hours", type=float, default=8.0, help="length of a night, real hours (default 8)")
+    parser.add_argument("--anchor", default="2024-03-04 00:00:00", help="end of the simulator's history")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dwd", action="store_true", help="load DWD after ODS too (not lane time)")
+    parser.add_argument("--run-arg", action="append", default=[], help="extra argument for both runs (repeatable)")
+    parser.add_argument("--deadline", type=float, metavar="HOURS",
+                        help="pass `--deadline` (HOURS of real time, scaled: --deadline <HOURS×3600×factor>s) to both "
+                             "runs; needs a feiqiu-etl that has it (issue 20 item 3)")
+    parser.add_argument("--timeout", type=float, default=7200, help="seconds a run may take (default 7200)")
+    parser.add_argument("--output", type=Path, help="also write the report here")
+    args = parser.parse_args()
+    args.anchor = parse_local(args.anchor)
+    if args.deadline is not None:
+        args.run_arg.append(f"--deadline={args.deadline * 3600 * args.factor:g}s")
+    args.sites = [FIRST_SITE + i for i in range(args.stores)]
+    settings = gaps(args.factor)
+    settings["window.initial_days"] = args.days
+    means = mean_gaps()
+    profile = SCALE_PROFILES["medium"]
+    f = args.factor
+    head = [f"command: python benchmarks/bench_night.py {shlex.join(sys.argv[1:])}".rstrip(),
+            f"time scale: every gap × {f:g}: the simulator's G {UPSTREAM['gap_standard'] * f:g} s / "
+            f"{UPSTREAM['gap_groupbuy'] * f:g} s (group-buy), a ban of {UPSTREAM['ban_seconds'] * f:g} s after 3 "
+            f"violations in {UPSTREAM['violation_window'] * f:g} s; the connector's gaps "
+            f"{settings['pipeline.rate_min']:g}-{settings['pipeline.rate_max']:g} s (group-buy "
+            f"{settings.get('pipeline.ods_group_package.rate_min', 0):g}-"
+            f"{settings.get('pipeline.ods_group_package.rate_max', 0):g} s), retry backoff "
+            f"{settings['api.retry_backoff']:g} s. Times marked 'scaled back' are ÷ {f:g}. Not scaled: the time a "
+            f"request takes (ms), retryAfter (whole seconds, at least 1), the HTTP timeouts.",
+            f"simulator: {args.stores} medium store(s) on one token (members {profile.members}, "
+            f"{profile.settlements_per_day} settlements/day, ...), {args.days} days of history up to "
+            f"{fmt(args.anchor)}, seed {args.seed}, risk control on; then 24 h of trading "
+            f"(POST /__sim/advance)",
+            f"connector: main's behaviour with the gaps above; extra run arguments: {args.run_arg or 'none'}", ""]
+    print("\n".join(head), flush=True)
+    env = {**os.environ, TOKEN_ENV: TOKEN}
+    with tempfile.TemporaryDirectory(prefix="fq-bench-night-") as tmp, \
+            temporary_server(prefix="fq-bench-night-pg-") as server:
+        fleet = Path(tmp) / "fleet.yaml"
+        fleet.write_text("lanes:\n  - name: night\n    token_env: FQ_NIGHT\n    stores:\n"
+                         + "".join(f"      - {{site_id: {s}}}\n" for s in args.sites), encoding="utf-8")
+        create_database(server.dsn("postgres"), "bench_night", drop_first=True)
+        dsn = server.dsn("bench_night")
+        sim, base, ADMIN["token"] = start_simulator(args, fleet, env, Path(tmp) / "simulator.log")
+        try:
+            first = run_night(args, "night 1 (first load)", base, dsn, fleet, env, args.anchor,
+                              args.anchor - timedelta(days=args.days), settings, 0)
+            body = report(args, first, means)
+            print("\n".join(body), flush=True)
+            advanced = admin(base, "/__sim/advance", {"hours": 24})
+            changes = advanced["sites"][str(args.sites[0])]
+            summary = (f"24 h of trading (store {args.sites[0]}): settlements +{changes['ODS_SETTLEMENT']['inserted']} "
+                       f"new, {changes['ODS_SETTLEMENT']['updated']} edited; members +{changes['ODS_MEMBER']['inserted']}"
+                       f" new, {changes['ODS_MEMBER']['updated']} edited, {changes['ODS_MEMBER']['volatile_only']} only "
+                       f"in points (Q11); goods {changes['ODS_GOODS']['updated']} edited, "
+                       f"{changes['ODS_GOODS']['volatile_only']} only in stockQty")
+            print(f"\n{summary}\n", flush=True)
+            last_seq = max((e["seq"] for e in first.entries), default=0)
+            second = run_night(args, "night 2 (the next night)", base, dsn, fleet, env,
+                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq)
+            tail = report(args, second, means)
+            print("\n".join(tail), flush=True)
+        finally:
+            sim.terminate()
+            try:
+                sim.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                sim.kill()
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text("\n".join([*head, *body, "", summary, "", *tail]) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
