@@ -9,7 +9,7 @@ import math
 from datetime import datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from feiqiu_etl.connector.model import ConnectorError, load_connector
@@ -119,6 +119,7 @@ def _member_inputs():
 
 
 @given(share=st.floats(0.001, 0.5), requests=st.integers(1, 400), runs=st.integers(1, 60))
+@example(share=1 / 3, requests=1, runs=57)  # a credit rounded each run drifted one re-check short
 def test_re_checks_over_many_runs_are_the_share_rounded_down_never_more(share, requests, runs):
     from feiqiu_etl.plan.builder import _with_rechecks
     from feiqiu_etl.plan.model import LanePlan, TaskPlan

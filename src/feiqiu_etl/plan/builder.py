@@ -83,7 +83,7 @@ def _with_rechecks(lane: LanePlan, share: float, history: PlanHistory = EMPTY) -
         budget = math.floor(available + 1e-9)
         e = task.estimate
         per_request = e.seconds / e.requests if e.requests else 0.0
-        tasks[i] = replace(task, recheck_budget=budget, recheck_credit=round(available - budget, 6),
+        tasks[i] = replace(task, recheck_budget=budget, recheck_credit=max(0.0, available - budget),
                            estimate=replace(e, detail_requests=e.detail_requests + budget,
                                             seconds=e.seconds + budget * per_request))
     return replace(lane, tasks=tuple(tasks))

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, Mapping, Sequence
 
 from feiqiu_etl.connector.spec import OdsTaskSpec
-from feiqiu_etl.connector.windows import Window, merge, parse_local
+from feiqiu_etl.connector.windows import Window, parse_local, subtract
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.plan.model import Estimate
 
@@ -101,16 +102,9 @@ def _from_history(spec: OdsTaskSpec, windows: Sequence[Window], done: Sequence[W
     return pages, rows, round(per_row * rows)
 
 
-def _covered(window: Window, done: Sequence[Window]):
-    """How much of ``window`` the finished segments ``done`` cover (a timedelta)."""
-    from datetime import timedelta
-
-    total = timedelta(0)
-    for w in merge(list(done)):
-        lo, hi = max(w.start, window.start), min(w.end, window.end)
-        if hi > lo:
-            total += hi - lo
-    return total
+def _covered(window: Window, done: Sequence[Window]) -> timedelta:
+    """How much of ``window`` the finished segments ``done`` cover."""
+    return window.length - sum((gap.length for gap in subtract(window, list(done))), timedelta(0))
 
 
 def _list_rows(entry: Mapping[str, Any]) -> int:
