@@ -9,6 +9,7 @@ stderr. Secrets (the API token, DB passwords) are never printed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -17,12 +18,11 @@ from typing import Any
 import click
 
 from feiqiu_etl import logs
-from feiqiu_etl.config.app_config import ConfigError, load_env_file
+from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
+from feiqiu_etl.config.settings import flags as setting_flags
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.flowcli import UsageFailure, database
 from feiqiu_etl.textsafe import escape, terminal_json
-
-MAX_TIMEOUT = 30 * 86400.0
-
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _root_obj() -> dict:
@@ -40,10 +40,11 @@ def _load_env(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value is None or ctx.resilient_parsing:
         return value
     try:
-        names = load_env_file(value, required=True)
+        loaded = read_dotenv(value, required=True)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
-    _root_obj().setdefault("dotenv_names", set()).update(names)
+    obj = _root_obj()
+    obj["dotenv"] = obj.get("dotenv", DotEnv()) | loaded
     return value
 
 
@@ -62,14 +63,29 @@ def _setup_logging(verbose: int = 0, log_format: str | None = None) -> None:
     logs.setup(verbose + obj.get("verbose", 0), log_format or obj.get("log_format") or "text")
 
 
-def _parse_sets(pairs: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _collect_sets(ctx: click.Context, param: click.Parameter, pairs: tuple[str, ...]) -> None:
+    """``--set KEY=VALUE`` (repeatable): into this command line's ``--set`` layer, as text."""
+    if ctx.resilient_parsing:
+        return
+    layer = _root_obj().setdefault("sets", {})
     for pair in pairs:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
             raise UsageFailure(f"--set expects KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
+        layer[key.strip()] = value.strip()
+
+
+def _collect_flag(key: str, ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """A settings flag (``--pipeline-rate-min 6``): into this command line's flags layer under ``key``, as
+    text; the settings model types and checks it."""
+    if value is not None and not ctx.resilient_parsing:
+        _root_obj().setdefault("flags", {})[key] = value
+
+
+def _layers() -> tuple[dict, dict]:
+    """``(--set layer, flags layer)`` this command line gave (``{dotted key: text}`` each)."""
+    obj = _root_obj()
+    return dict(obj.get("sets", {})), dict(obj.get("flags", {}))
 
 
 def _parse_ids(values: tuple[str, ...], flag: str) -> list[int]:
@@ -89,8 +105,19 @@ def _csv(value: str) -> list[str]:
     return [c.strip() for c in (value or "").split(",") if c.strip()]
 
 
-def _dotenv_names() -> set[str]:
-    return set(_root_obj().get("dotenv_names", ()))
+def _dotenv() -> DotEnv:
+    """What the ``.env`` files of this command line put into the environment."""
+    return _root_obj().get("dotenv", DotEnv())
+
+
+def settings(flags: dict[str, Any] | None = None) -> Settings:
+    """The settings of a command without a connector (``sql``, ``web``, the operations commands): the
+    environment, ``.env`` and ``flags`` (``{"db_dsn": --dsn}`` …), as :func:`feiqiu_etl.config.load_settings`
+    builds them for every command. Raises :class:`UsageFailure` (one line)."""
+    try:
+        return load_settings(dotenv=_dotenv(), flags=flags)
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from None
 
 
 def _redacted_args(params: dict[str, Any]) -> dict[str, Any]:
@@ -126,12 +153,22 @@ def _emit(result, as_json: bool) -> None:
         click.echo("\n".join(escape(line) for line in alert_lines(data["alerts"])), err=True)
 
 
+def flag_options(*keys: str):
+    """The click options of the settings flags (declared on the settings model: :func:`setting_flags`), all of
+    them or those of ``keys``. Their text goes to the model as it is: it is typed (and checked) only there."""
+    def apply(fn):
+        for flag, key, text in reversed(setting_flags()):
+            if not keys or key in keys:
+                fn = click.option(flag, metavar="N" if key.endswith(("workers", "size")) else "SECONDS",
+                                  help=f"{text} ({key})", expose_value=False,
+                                  callback=functools.partial(_collect_flag, key))(fn)
+        return fn
+    return apply
+
+
 pipeline_options = [
-    click.option("--pipeline-workers", type=int, help="processing threads (pipeline.workers)"),
-    click.option("--pipeline-batch-size", type=int, help="rows per write batch (pipeline.batch_size)"),
-    click.option("--pipeline-rate-min", type=float, help="minimum gap between requests, s (pipeline.rate_min)"),
-    click.option("--pipeline-rate-max", type=float, help="maximum gap between requests, s (pipeline.rate_max)"),
-    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+    flag_options(),
+    click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=_collect_sets,
                  help="any setting, e.g. pipeline.ods_group_package.rate_min=9 (repeatable)"),
     click.option("--unsafe-gaps", is_flag=True,
                  help="allow gaps below the upstream's documented minimum (e.g. against a simulator started "
@@ -145,19 +182,10 @@ def with_pipeline_options(fn):
     return fn
 
 
-def _overrides(p: dict) -> tuple[dict, dict]:
-    flags = {"pipeline.workers": p.get("pipeline_workers"), "pipeline.batch_size": p.get("pipeline_batch_size"),
-             "pipeline.rate_min": p.get("pipeline_rate_min"), "pipeline.rate_max": p.get("pipeline_rate_max")}
-    flags = {k: v for k, v in flags.items() if v is not None}
-    sets = _parse_sets(p.get("sets") or ())
-    sources = {**{k: "--set" for k in sets}, **{k: "flag" for k in flags}}
-    return {**sets, **flags}, sources
-
-
 run_options = [
-    click.option("--api-base", envvar="FEIQIU_API_BASE", help="API base URL (env FEIQIU_API_BASE)"),
+    click.option("--api-base", help="API base URL (env FEIQIU_API_BASE)"),
     click.option("--site-id", "site_ids", multiple=True, help="store id(s); repeat or comma-separate"),
-    click.option("--token", envvar="FEIQIU_API_TOKEN", help="API token (prefer env FEIQIU_API_TOKEN)"),
+    click.option("--token", help="API token (prefer env FEIQIU_API_TOKEN)"),
     click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
                  help="fleet file: named lanes (one per token) and their stores"),
     click.option("--lanes", "lanes_csv", default="", help="with --fleet: only these lanes (comma-separated)"),
@@ -168,7 +196,7 @@ run_options = [
     click.option("--now", "now_text", metavar='"YYYY-MM-DD HH:MM:SS"',
                  help="treat this Asia/Shanghai time as now: incremental windows end here (a replay, or a simulator "
                       "whose clock was moved; not after the current time)"),
-    click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server"),
+    click.option("--dsn", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server"),
     click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)"),
     click.option("--no-dwd", is_flag=True, help="load ODS only"),
     click.option("--dwd-only", is_flag=True, help="skip ODS; load DWD from what ODS holds"),
@@ -187,21 +215,17 @@ def with_run_options(fn):
 def _run_options(p: dict, timeout: float | None = None, wait_for_lane: float | None = None):
     from feiqiu_etl.plan import RunOptions
 
-    overrides, sources = _overrides(p)
-    dwd_only = p.get("dwd_only", False)
-    token, api_base = p.get("token"), p.get("api_base")
-    if dwd_only and not p.get("fleet_path"):  # no request is sent: the API settings are not needed
-        api_base, token = api_base or "http://127.0.0.1:9", token or "unused"
-    site_ids = _parse_ids(p.get("site_ids") or (), "--site-id")
+    sets, flags = _layers()
     return RunOptions(
-        api_base=api_base, token=token, site_ids=site_ids or ([1] if dwd_only and not p.get("fleet_path") else []),
+        api_base=p.get("api_base"), token=p.get("token"), dsn=p.get("dsn"), flags=flags, overrides=sets,
+        site_ids=_parse_ids(p.get("site_ids") or (), "--site-id"),
         fleet_path=p.get("fleet_path"), lanes=_csv(p.get("lanes_csv", "")),
         stores=_parse_ids(tuple(_csv(p.get("stores_csv", ""))), "--stores"),
-        task_codes=_csv(p.get("tasks_csv", "")), connector_path=p.get("connector_path"), overrides=overrides,
-        override_sources=sources, window_start=p.get("window_start"), window_end=p.get("window_end"),
-        timeout=timeout, load_dwd=not p.get("no_dwd", False), dwd_only=dwd_only,
+        task_codes=_csv(p.get("tasks_csv", "")), connector_path=p.get("connector_path"),
+        window_start=p.get("window_start"), window_end=p.get("window_end"),
+        timeout=timeout, load_dwd=not p.get("no_dwd", False), dwd_only=p.get("dwd_only", False),
         dwd_tables=_csv(p.get("dwd_tables", "")), dwd_full=p.get("dwd_full", False),
-        unsafe_gaps=p.get("unsafe_gaps", False), wait_for_lane=wait_for_lane, strict_env_names=_dotenv_names(),
+        unsafe_gaps=p.get("unsafe_gaps", False), wait_for_lane=wait_for_lane, dotenv=_dotenv(),
         now=_parse_now(p.get("now_text")),
     )
 
@@ -235,10 +259,10 @@ def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> No
     """Pull the Feiqiu store API through one rate-limited request lane per token into PostgreSQL (ODS + DWD)."""
     explicit = ctx.get_parameter_source("env_file") != click.core.ParameterSource.DEFAULT
     try:
-        names = load_env_file(env_file, required=explicit)
+        dotenv = read_dotenv(env_file, required=explicit)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
-    ctx.obj = {"verbose": verbose, "dotenv_names": set(names), "log_format": log_format}
+    ctx.obj = {"verbose": verbose, "dotenv": dotenv, "log_format": log_format}
 
 
 @main.command()
@@ -260,7 +284,7 @@ def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose,
     options = _run_options(p, timeout, wait_for_lane)
     use_alerts(alerts_path)
     args = _redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane, "alerts": alerts_path})
-    result = execute_flow(options, p.get("dsn"), command="run", args=args, progress=not no_progress)
+    result = execute_flow(options, command="run", args=args, progress=not no_progress)
     _emit(result, as_json)
     sys.exit(result.exit_code)
 
@@ -276,9 +300,11 @@ def plan(as_json, verbose, log_format, **p) -> None:
     _setup_logging(verbose, log_format)
     from feiqiu_etl.flowcli import check_database, plan_run, prepare_inputs, connector_for
 
+    from feiqiu_etl.config.settings import reveal
+
     inputs = prepare_inputs(_run_options(p))
-    timeout = inputs.config.number("db.connect_timeout", float)
-    with database(p.get("dsn")) as dsn:
+    timeout = inputs.settings.db.connect_timeout
+    with database(reveal(inputs.settings.db_dsn)) as dsn:
         check_database(dsn, None, timeout)
         with connector_for(timeout)(dsn) as conn:
             result = plan_run(inputs, conn)
@@ -299,22 +325,20 @@ def plan(as_json, verbose, log_format, **p) -> None:
               help="simulated store size")
 @click.option("--days", type=click.IntRange(1, 31), default=3, show_default=True,
               help="days of simulated history to load")
-@click.option("--pipeline-workers", type=int, help="processing threads (pipeline.workers)")
-@click.option("--pipeline-batch-size", type=int, help="rows per write batch (pipeline.batch_size)")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="any setting (repeatable)")
+@flag_options("pipeline.workers", "pipeline.batch_size")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=_collect_sets,
+              help="any setting (repeatable)")
 @click.option("--no-dwd", is_flag=True, help="load ODS only")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @common_options
-def demo(dsn, seed, scale, days, pipeline_workers, pipeline_batch_size, sets, no_dwd, as_json, verbose,
-         log_format) -> None:
+def demo(dsn, seed, scale, days, no_dwd, as_json, verbose, log_format) -> None:
     """Start PostgreSQL and the simulator, load every task with demo-sized gaps, print a summary."""
     _setup_logging(verbose, log_format)
     from feiqiu_etl.demo import run_demo
 
-    overrides, sources = _overrides({"pipeline_workers": pipeline_workers, "pipeline_batch_size": pipeline_batch_size,
-                                     "sets": sets})
+    overrides, flags = _layers()
     result = run_demo(dsn=dsn, seed=seed, scale=scale, days=days, overrides=overrides, load_dwd=not no_dwd,
-                      quiet=as_json, override_sources=sources)
+                      quiet=as_json, flags=flags)
     _emit(result, as_json)
     sys.exit(result.exit_code)
 
@@ -390,12 +414,12 @@ def _fleet_tokens(path: str) -> tuple[dict, tuple]:
 
 @main.command()
 @click.argument("query")
-@click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN of a read-only role (README: a read-only role "
-                                                "for sql); default: the embedded server's read-only role")
+@click.option("--dsn", help="PostgreSQL DSN of a read-only role (env ETL_DB_DSN; README: a read-only role for "
+                           "sql); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
-@click.option("--timeout", type=click.FloatRange(0.001, 86400), envvar="SQL_TIMEOUT", default=60.0,
-              show_default=True, help="sql.timeout: cancel the statement after this many seconds (env SQL_TIMEOUT)")
+@click.option("--timeout", metavar="SECONDS", help="sql.timeout: cancel the statement after this many seconds "
+                                                   "(env SQL_TIMEOUT; default 60)")
 @click.pass_context
 def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     """Run ONE read-only SQL statement against the warehouse and print the rows (e.g. after the demo).
@@ -416,10 +440,12 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
 
     if not query.strip().rstrip(";").strip():
         raise UsageFailure("an empty query: give one SQL statement, e.g. \"SELECT count(*) FROM ods.settlement\"")
-    if demo:
-        if ctx.get_parameter_source("dsn") == click.core.ParameterSource.COMMANDLINE:
-            raise UsageFailure("--demo reads the embedded demo database; it does not go with --dsn")
-        dsn = None
+    if demo and dsn is not None:
+        raise UsageFailure("--demo reads the embedded demo database; it does not go with --dsn")
+    from feiqiu_etl.config.settings import reveal
+
+    config = settings({"db_dsn": dsn, "sql.timeout": timeout})
+    dsn, timeout = None if demo else reveal(config.db_dsn), config.sql.timeout
 
     def prepare(superuser_dsn: str) -> None:  # a fresh home has no etl_meta yet: the documented queries must work
         with connect(superuser_dsn) as conn:
@@ -436,7 +462,7 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
         except StatementTimeout as exc:
             raise UsageFailure(str(exc)) from None
         except psycopg.Error as exc:
-            raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
+            raise UsageFailure(scrub(one_line(exc, None, with_type=False), real_dsn)) from None
     columns, rows = result.columns, result.rows
     if as_json:
         click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
@@ -526,7 +552,7 @@ def entry() -> None:
         from feiqiu_etl import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
-        text = escape(" ".join(str(exc).split())[:400] or exc.__class__.__name__)
+        text = escape(one_line(exc, 400, with_type=False))
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):

@@ -10,6 +10,7 @@ printed.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from datetime import datetime, timedelta
@@ -35,8 +36,10 @@ DEMO_DATABASE = "feiqiu_demo"       # its own database on the embedded server: n
 
 
 def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: dict[str, Any],
-             load_dwd: bool, quiet: bool, override_sources: dict[str, str] | None = None):
-    """Run the demo flow and return its ``RunResult``; prints a short lane report to stderr."""
+             load_dwd: bool, quiet: bool, flags: dict[str, Any] | None = None):
+    """Run the demo flow and return its ``RunResult``; prints a short lane report to stderr. ``overrides`` are
+    ``--set`` keys (on top of :data:`DEMO_SETTINGS`), ``flags`` the dedicated flags' values; ``$ETL_DB_DSN`` is
+    never read (the demo never writes into the warehouse by accident): ``dsn`` or the embedded server."""
     from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
     anchor = DEMO_ANCHOR
@@ -48,7 +51,8 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
     with Simulator(cfg) as sim:
         options = RunOptions(
             api_base=sim.base_url, token=token, site_ids=list(cfg.site_ids),
-            overrides={**DEMO_SETTINGS, **overrides}, override_sources=override_sources or {},
+            overrides={**DEMO_SETTINGS, **overrides}, flags=dict(flags or {}), dsn=dsn,
+            environ={k: v for k, v in os.environ.items() if k != "ETL_DB_DSN"},
             window_start=fmt(anchor - timedelta(days=days)), window_end=fmt(anchor), load_dwd=load_dwd,
             unsafe_gaps=True,
         )
@@ -58,7 +62,7 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
                   f"{DEMO_SETTINGS['pipeline.rate_max']} s gaps (--unsafe-gaps on purpose: never against the real API)",
                   file=sys.stderr)
         args = {"seed": seed, "scale": scale, "days": days, "load_dwd": load_dwd, "simulator": sim.base_url}
-        result = execute_flow(options, dsn, database_name=DEMO_DATABASE, command="demo", args=args)
+        result = execute_flow(options, database_name=DEMO_DATABASE, command="demo", args=args)
         print(lane_report(sim.request_log()), file=sys.stderr)
     if not quiet and not dsn:
         print(f"data: embedded database {DEMO_DATABASE}; look with  feiqiu-etl sql --demo "

@@ -203,3 +203,14 @@ def test_an_empty_run_id_is_refused_by_show_and_cancel(pg_dsn):
 def test_sql_refuses_an_empty_query():
     proc = cli("sql", "  ; ")
     assert proc.returncode == 2 and "an empty query" in proc.stderr
+
+
+def test_a_set_value_under_a_flag_is_still_checked(fresh_home, tmp_path):
+    """Issue 21 item 8: the flag wins, but the --set value under it is a mistake all the same (exit 2, one line)."""
+    e = _home_env(fresh_home)
+    for command in (["plan", "--site-id", "1", "--api-base", "http://127.0.0.1:9"], ["config", "show"]):
+        proc = subprocess.run([*PY, *command, "--pipeline-rate-max", "4", "--set", "pipeline.rate_max=garbage"],
+                              capture_output=True, text=True, env=e, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "Error: pipeline config for all tasks: pipeline.rate_max: expected float, got 'garbage'"]

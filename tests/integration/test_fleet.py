@@ -45,7 +45,7 @@ def test_a_fleet_runs_its_lanes_at_once_and_failures_stay_in_their_lane_or_store
     for lane_sites in (NORTH + (FORBIDDEN,), SOUTH, EAST):  # per token: strictly serial, never rejected
         mine = [e for e in log if e.site_id in lane_sites]
         assert lane_violations(mine, 0.01) == []
-    seconds = {name: lane.statistics["seconds"] for name, lane in lanes.items() if name != "west"}
+    seconds = {name: lane.statistics.seconds for name, lane in lanes.items() if name != "west"}
     assert wall < 0.75 * sum(seconds.values()), (wall, seconds)  # concurrent, not one after the other
     data = result.to_dict()
     assert {s["site_id"]: s["status"] for lane in data["lanes"] for s in lane["stores"]}[FORBIDDEN] == "FAILED"
@@ -66,7 +66,7 @@ def test_stores_of_one_lane_share_it_fairly(pg_dsn):
 
 
 def test_fleet_file_errors_name_the_file_the_lane_and_the_field(tmp_path):
-    from feiqiu_etl.config.app_config import ConfigError
+    from feiqiu_etl.config import ConfigError
     from feiqiu_etl.plan import RunOptions, prepare
 
     bad = tmp_path / "f.yaml"
@@ -130,7 +130,7 @@ def test_the_plan_of_a_second_run_estimates_its_requests_within_20_percent(pg_ds
 
 
 def test_a_fleet_with_a_site_id_is_refused_with_or_without_a_single_token(tmp_path):
-    from feiqiu_etl.config.app_config import ConfigError
+    from feiqiu_etl.config import ConfigError
     from feiqiu_etl.plan import RunOptions, prepare
 
     path = tmp_path / "f.yaml"

@@ -36,7 +36,7 @@ from feiqiu_etl.pipeline import CancellationToken, RequestScheduler
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.errors import Cancelled
 from feiqiu_etl.plan.model import TaskPlan
-from feiqiu_etl.tasks.ods.task import BaseOdsTask
+from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext
 
 CONNECTOR = load_connector()
 SPECS = {code: replace(CONNECTOR.task(code), page_size=3) for code in ("ODS_MEMBER", "ODS_SETTLEMENT")}
@@ -146,10 +146,9 @@ def run_night(store: Store, dsn: str, reason: str, stop_at: int, run_id: str):
     token = CancellationToken()
     windows = WINDOWS if spec.kind == "windowed" else ()
     plan = TaskPlan(spec=spec, site_id=store.site, config=CONFIG, windows=windows)
-    task = BaseOdsTask(plan, transport=Night(store, lane, token, dsn, reason, stop_at), lane=lane, dsn=dsn,
-                       run_id=run_id, cancel_token=token, logger=QUIET, detail_max_attempts=MAX_ATTEMPTS,
-                       connect=connect)
-    return task.execute()
+    access = LaneAccess(lane, Night(store, lane, token, dsn, reason, stop_at), "p", store.site)
+    context = TaskContext(dsn, run_id, token, detail_max_attempts=MAX_ATTEMPTS, connect=connect)
+    return BaseOdsTask(plan, access, context, QUIET).execute()
 
 
 def attempts(dsn: str, spec, site: int) -> dict[str, int]:

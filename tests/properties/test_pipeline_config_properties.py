@@ -4,17 +4,20 @@ P3 compares construction against an independent statement of the documented rule
 engine's stricter ones: integer counts, ``batch_timeout > 0``, rates >= 0, a failure limit >= 1).
 P4 builds random layers — built-in defaults, global ``pipeline.<key>``, the connector's task defaults,
 task-level ``pipeline.<task_code>.<key>`` — with values as numbers or as environment strings, and checks
-the precedence task-level > task default > global > default for every key.
+the precedence task-level > task default > global > default for every key, through the settings model
+(``tests/properties/test_settings_layers.py`` adds the other layers: .env, environment, flag, fleet lane).
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from feiqiu_etl.config import load_settings
 from feiqiu_etl.pipeline.config import PipelineConfig
 
 INT_KEYS = ("workers", "queue_size", "batch_size", "max_consecutive_failures")
@@ -93,14 +96,29 @@ def test_p3_valid_parameters_construct_and_invalid_ones_raise(values):
             PipelineConfig(**values)
 
 
-class Source:
-    """A flat key/value configuration (what ``AppConfig.get`` offers)."""
+def layered(task_code, global_layer, task_layer, task_defaults, other_task_layer) -> PipelineConfig:
+    """The layers as the settings model reads them: the global and task-level keys as ``--set`` keys, the task
+    defaults as the connector's (a task without task-level keys stands for "no task")."""
+    code = task_code or "ODS_PLAIN"
+    connector = SimpleNamespace(api=SimpleNamespace(timeout_seconds=30.0), tasks=[
+        SimpleNamespace(code=code.upper(), pipeline=task_defaults),
+        SimpleNamespace(code="ODS_OTHER_TASK", pipeline={})])
+    flat = {f"pipeline.{k}": v for k, v in global_layer.items()}
+    flat |= {f"pipeline.ods_other_task.{k}": v for k, v in other_task_layer.items()}  # never applies
+    if task_code:
+        flat |= {f"pipeline.{task_code.lower()}.{k}": v for k, v in task_layer.items()}
+    return load_settings(connector=connector, environ={}, sets=flat).pipeline_config(code)
 
-    def __init__(self, values: dict):
-        self.values = values
 
-    def get(self, key, default=None):
-        return self.values.get(key, default)
+def in_bounds(layer: dict) -> bool:
+    """Every value of a layer is checked on its own, also one a higher layer overrides (README): each within
+    the bounds of its key."""
+    for key, raw in layer.items():
+        value = float(raw)
+        low_ok = value > 0 if key == "batch_timeout" else value >= (1 if key in INT_KEYS else 0)
+        if not (low_ok and value <= UPPER[key]):
+            return False
+    return True
 
 
 def int_values():
@@ -129,10 +147,6 @@ def layer():
 def test_p4_task_level_beats_task_default_beats_global_beats_default(
     task_code, global_layer, task_layer, task_defaults, other_task_layer
 ):
-    flat = {f"pipeline.{k}": v for k, v in global_layer.items()}
-    flat |= {f"pipeline.ods_other_task.{k}": v for k, v in other_task_layer.items()}  # never applies
-    if task_code:
-        flat |= {f"pipeline.{task_code.lower()}.{k}": v for k, v in task_layer.items()}
     expected = {}
     for key, default in DEFAULTS.items():
         for layer_values in ((task_layer if task_code else {}), task_defaults, global_layer):
@@ -143,10 +157,11 @@ def test_p4_task_level_beats_task_default_beats_global_beats_default(
         else:
             expected[key] = default
 
-    if is_valid(expected):
-        config = PipelineConfig.from_app_config(Source(flat), task_code, task_defaults)
+    given_layers = [global_layer, task_defaults, other_task_layer] + ([task_layer] if task_code else [])
+    if is_valid(expected) and all(in_bounds(values) for values in given_layers):
+        config = layered(task_code, global_layer, task_layer, task_defaults, other_task_layer)
         assert {k: getattr(config, k) for k in DEFAULTS} == expected
         assert all(type(getattr(config, k)) is int for k in INT_KEYS)
     else:  # e.g. a task-level rate_min above the global rate_max: the merged result is refused
         with pytest.raises(ValueError):
-            PipelineConfig.from_app_config(Source(flat), task_code, task_defaults)
+            layered(task_code, global_layer, task_layer, task_defaults, other_task_layer)

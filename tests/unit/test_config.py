@@ -1,9 +1,10 @@
 import pytest
 
-from feiqiu_etl.config.app_config import AppConfig, ConfigError, env_to_key
+from feiqiu_etl.config import ConfigError, DotEnv, load_settings
+from feiqiu_etl.config.settings import env_to_key
 from feiqiu_etl.connector import ConnectorError, load_connector
 
-CODES = [t.code for t in load_connector().tasks]
+CONNECTOR = load_connector()
 
 
 def test_env_names_map_to_dotted_keys():
@@ -16,13 +17,14 @@ def test_env_names_map_to_dotted_keys():
 
 def test_precedence_cli_over_env_task_over_connector_default_over_global():
     env = {"PIPELINE_RATE_MIN": "3", "PIPELINE_RATE_MAX": "30", "PIPELINE_ODS_MEMBER.WORKERS": "3"}
-    cfg = AppConfig.load(task_codes=CODES, environ=env, overrides={"pipeline.ods_member.rate_min": "4"})
+    sets = {"pipeline.ods_member.rate_min": "4"}
+    cfg = load_settings(connector=CONNECTOR, environ=env, sets=sets)
     member = cfg.pipeline_config("ODS_MEMBER")
     assert (member.rate_min, member.rate_max, member.workers) == (4.0, 30.0, 3)
-    package = cfg.pipeline_config("ODS_GROUP_PACKAGE", {"rate_min": 8.5, "rate_max": 25.0})
+    package = cfg.pipeline_config("ODS_GROUP_PACKAGE")  # the connector's task defaults: 8.5 / 25
     assert (package.rate_min, package.rate_max) == (8.5, 25.0)  # connector default beats global
-    cfg.set("pipeline.ods_group_package.rate_min", "9")
-    assert cfg.pipeline_config("ODS_GROUP_PACKAGE", {"rate_min": 8.5, "rate_max": 25.0}).rate_min == 9.0
+    cfg = load_settings(connector=CONNECTOR, environ=env, sets={**sets, "pipeline.ods_group_package.rate_min": "9"})
+    assert cfg.pipeline_config("ODS_GROUP_PACKAGE").rate_min == 9.0
 
 
 @pytest.mark.parametrize("key,value,match", [
@@ -31,17 +33,16 @@ def test_precedence_cli_over_env_task_over_connector_default_over_global():
     ("pipeline.rate_min", "30", "must not exceed"),
 ])
 def test_bad_values_are_one_line_config_errors(key, value, match):
-    cfg = AppConfig.load(task_codes=CODES, environ={}, overrides={key: value})
-    with pytest.raises(ConfigError, match=match) as info:
-        cfg.pipeline_config("ODS_MEMBER")
+    with pytest.raises(ConfigError, match=match) as info:  # a value is checked when its layer is read
+        load_settings(connector=CONNECTOR, environ={}, sets={key: value}).pipeline_config("ODS_MEMBER")
     assert "\n" not in str(info.value)
 
 
 def test_unknown_keys_and_tasks_are_rejected():
     with pytest.raises(ConfigError, match="unknown configuration key"):
-        AppConfig.load(task_codes=CODES, environ={}, overrides={"pipeline.wrokers": 2})
+        load_settings(connector=CONNECTOR, environ={}, sets={"pipeline.wrokers": 2})
     with pytest.raises(ConfigError):
-        AppConfig.load(task_codes=CODES, environ={}, overrides={"pipeline.ods_nope.workers": 2})
+        load_settings(connector=CONNECTOR, environ={}, sets={"pipeline.ods_nope.workers": 2})
 
 
 def test_connector_errors_name_file_task_and_field(tmp_path):
@@ -64,17 +65,15 @@ def test_connector_errors_name_file_task_and_field(tmp_path):
     ("pipeline.workers", "100000"), ("pipeline.rate_max", "1e9"),
 ])
 def test_non_finite_and_absurd_values_are_rejected(key, value):
-    cfg = AppConfig.load(task_codes=CODES, environ={}, overrides={key: value})
     with pytest.raises(ConfigError):
-        cfg.pipeline_config("ODS_MEMBER")
+        load_settings(connector=CONNECTOR, environ={}, sets={key: value}).pipeline_config("ODS_MEMBER")
 
 
 @pytest.mark.parametrize("key", ["api.retry_backoff", "api.timeout", "window.lookback_hours"])
 def test_number_rejects_nan_and_inf(key):
     for bad in ("nan", "inf", "-inf"):
-        cfg = AppConfig.load(task_codes=CODES, environ={}, overrides={key: bad})
         with pytest.raises(ConfigError, match="finite"):
-            cfg.number(key, float, minimum=0, maximum=1e6)
+            load_settings(connector=CONNECTOR, environ={}, sets={key: bad})
 
 
 @pytest.mark.parametrize("patch,match", [
@@ -104,7 +103,7 @@ def test_connector_window_max_days_has_a_floor(tmp_path):
 
 
 def test_env_file_loads_without_overriding_and_rejects_garbage(tmp_path):
-    from feiqiu_etl.config.app_config import load_env_file
+    from feiqiu_etl.config import load_env_file
 
     env = {"PIPELINE_WORKERS": "3"}
     (tmp_path / ".env").write_text("PIPELINE_WORKERS=5\nFEIQIU_API_TOKEN=tok\n", encoding="utf-8")
@@ -123,9 +122,10 @@ def test_env_file_loads_without_overriding_and_rejects_garbage(tmp_path):
 
 def test_unknown_variables_from_dotenv_are_errors_but_other_software_s_are_ignored():
     with pytest.raises(ConfigError, match="PIPELINE_WOKERS"):
-        AppConfig.load(task_codes=CODES, environ={"PIPELINE_WOKERS": "3"}, strict_names={"PIPELINE_WOKERS"})
-    AppConfig.load(task_codes=CODES, environ={"PIPELINE_WORKSPACE": "/agent/_work/1", "WINDOW_MANAGER": "x",
-                                              "API_KEY": "x", "HOME": "/root"})  # e.g. Azure Pipelines
+        load_settings(connector=CONNECTOR, environ={"PIPELINE_WOKERS": "3"},
+                      dotenv=DotEnv(frozenset({"PIPELINE_WOKERS"}), frozenset({"PIPELINE_WOKERS"})))
+    load_settings(connector=CONNECTOR, environ={"PIPELINE_WORKSPACE": "/agent/_work/1", "WINDOW_MANAGER": "x",
+                                                "API_KEY": "x", "HOME": "/root"})  # e.g. Azure Pipelines
 
 
 def test_connector_timeout_is_the_default_of_api_timeout(tmp_path):
@@ -150,7 +150,8 @@ def test_huge_files_and_fifos_are_refused_in_one_line_before_parsing(tmp_path):
 
     import pytest
 
-    from feiqiu_etl.config.app_config import MAX_ENV_BYTES, ConfigError, load_env_file
+    from feiqiu_etl.config import ConfigError, load_env_file
+    from feiqiu_etl.config.dotenv import MAX_ENV_BYTES
     from feiqiu_etl.plan.fleet import FleetError, load_fleet
 
     huge = tmp_path / "fleet.yaml"

@@ -20,13 +20,15 @@ from datetime import timezone
 from typing import Any, Callable
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity.wait import wait_base
 
 from feiqiu_etl.api.errors import (
     ApiError, AuthError, BusinessError, ConfigurationError, MalformedResponse, NotFoundError,
     RateLimitedError, ServerError, SiteForbiddenError, TransportFailure,
 )
 from feiqiu_etl import jsonfast
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.textsafe import redact_url
 from feiqiu_etl.pipeline.models import PipelineRequest
 
@@ -36,8 +38,9 @@ TIMEOUT_HOLD_FACTOR = 2.0
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retry settings: ``attempts`` in total; backoff ``base * 2**(n-1)`` s capped at ``max_backoff``,
-    plus up to ``jitter`` × the wait on top."""
+    """Retry settings (``api.retry_attempts``, ``api.retry_backoff``): ``attempts`` in total; before attempt
+    n+1 the longer of the backoff ``base * 2**(n-1)`` s (capped at ``max_backoff``) and the server's hint,
+    plus up to ``jitter`` × that wait on top (:meth:`wait`)."""
 
     attempts: int = 3
     base: float = 1.0
@@ -47,6 +50,41 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+
+    def wait(self, rng: random.Random) -> wait_base:
+        """The wait before a retry as a tenacity wait strategy, composed of tenacity's exponential backoff and
+        the hint of the failure (``Retry-After``/``retryAfter``: a minimum, never less), jittered by ``rng``."""
+        backoff = wait_exponential(multiplier=self.base, max=self.max_backoff)
+        return _Jittered(_Longest(backoff, _RetryAfter()), self.jitter, rng)
+
+
+class _RetryAfter(wait_base):
+    """The server's hint on the failed attempt (``retry_after`` of the error), s; 0 without one."""
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        return getattr(exc, "retry_after", None) or 0.0
+
+
+class _Longest(wait_base):
+    """The longest of several waits (tenacity's ``+`` adds them; a hint is a minimum, not an addition)."""
+
+    def __init__(self, *waits: wait_base):
+        self.waits = waits
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return max(w(retry_state) for w in self.waits)
+
+
+class _Jittered(wait_base):
+    """A wait plus up to ``share`` of it on top, drawn from ``rng`` (tenacity's jitters are absolute)."""
+
+    def __init__(self, wait: wait_base, share: float, rng: random.Random):
+        self.wait, self.share, self.rng = wait, share, rng
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        seconds = self.wait(retry_state)
+        return seconds + self.rng.uniform(0, self.share * seconds)
 
 
 @dataclass(frozen=True)
@@ -121,7 +159,7 @@ class APIClient:
         retrying = Retrying(
             stop=stop_after_attempt(self._retry.attempts),
             retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.retryable),
-            wait=self._wait,
+            wait=self._retry.wait(self._rng),
             sleep=remember,
             reraise=True,
         )
@@ -130,13 +168,6 @@ class APIClient:
                 wait, pending_wait[0] = pending_wait[0], 0.0
                 return send(lambda: self.post(request.endpoint, request.params), min_wait=wait)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        backoff = min(self._retry.base * 2 ** (state.attempt_number - 1), self._retry.max_backoff)
-        hint = getattr(exc, "retry_after", None) or 0.0
-        wait = max(backoff, hint)
-        return wait + self._rng.uniform(0, self._retry.jitter * wait)
 
     # -------------------------------------------------------------- one attempt
     def post(self, endpoint: str, body: dict) -> dict:
@@ -202,8 +233,7 @@ class APIClient:
 
 def _reason(exc: BaseException) -> str:
     """A short reason for a transport error, never the URL with credentials or the request body."""
-    text = " ".join(str(exc).split())
-    return f"{exc.__class__.__name__}: {text[:160]}" if text else exc.__class__.__name__
+    return one_line(exc, 160)
 
 
 MAX_HINT = 3600.0

@@ -1,13 +1,12 @@
-"""``feiqiu-etl config show``: every effective setting with its source — default, connector, ``.env``,
-environment, ``--set``/flag, or a fleet lane — and the secrets only as "set"/"not set"."""
+"""``feiqiu-etl config show``: every effective setting with its source — default, connector, fleet file, ``.env``,
+environment, ``--set``, flag, or a fleet lane — as the settings model has them, and the secrets only as
+"set"/"not set" (a DSN without its password)."""
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from feiqiu_etl.cli import _dotenv_names, _overrides, _setup_logging, common_options, with_run_options
+from feiqiu_etl.cli import _run_options, _setup_logging, common_options, with_run_options
 
 
 @click.group()
@@ -20,50 +19,27 @@ def config() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 @common_options
 def config_show(as_json, verbose, log_format, **p) -> None:
-    """Every effective setting (global, and per task where it differs from the default) and where it came
-    from. Accepts the options of ``run`` so that flags and ``--set`` show up as they would apply."""
+    """Every effective setting (global, and per task where a layer set it) and where it came from. Accepts the
+    options of ``run`` so that flags, ``--set`` and a ``--fleet`` file's lanes show up as they would apply."""
     _setup_logging(verbose, log_format)
-    from feiqiu_etl.config.app_config import AppConfig, ConfigError
+    from feiqiu_etl.config import ConfigError
     from feiqiu_etl.connector import ConnectorError, load_connector
-    from feiqiu_etl.db.connection import redact_dsn
     from feiqiu_etl.flowcli import UsageFailure
-    from feiqiu_etl.plan.model import Secret
+    from feiqiu_etl.plan.fleet import FleetError, load_fleet
 
-    overrides, sources = _overrides(p)
+    options = _run_options(p)
     try:
-        connector = load_connector(p.get("connector_path"))
-        cfg = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=overrides, environ=None,
-                             strict_names=_dotenv_names(), override_sources=sources)
-        rows = _settings(cfg, connector)  # a bad value (workers=abc) is the one line run/plan give, exit 2
-        notes = _unsafe_gaps(cfg, connector, rows) if not p.get("unsafe_gaps") else []
-    except (ConfigError, ConnectorError) as exc:
+        connector = load_connector(options.connector_path)
+        fleet = load_fleet(options.fleet_path) if options.fleet_path else None
+        settings = options.settings(connector, fleet)
+        rows = _settings(settings, connector)  # a bad value (workers=abc) is the one line run/plan give, exit 2
+        notes = _unsafe_gaps(settings, connector, rows) if not options.unsafe_gaps else []
+        if fleet is not None:
+            rows += _lanes(settings, connector, fleet)
+    except (ConfigError, ConnectorError, FleetError) as exc:
         raise UsageFailure(str(exc)) from None
-    def source(param: str, env: str, default: str) -> str:
-        """Where a flag's value came from: the command line, the environment (or .env), or nowhere."""
-        from click.core import ParameterSource
-
-        given = click.get_current_context().get_parameter_source(param)
-        if given == ParameterSource.COMMANDLINE:
-            return "flag"
-        if env in os.environ:
-            return ".env" if env in _dotenv_names() else "environment"
-        return default
-
-    token = p.get("token")
-    rows.append({"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {Secret(token).fingerprint()})" if token
-                 else "not set", "source": source("token", "FEIQIU_API_TOKEN", "-")})
-    from feiqiu_etl.textsafe import redact_url
-
-    rows.append({"key": "FEIQIU_API_BASE", "value": redact_url(p["api_base"]) if p.get("api_base") else "not set",
-                 "source": source("api_base", "FEIQIU_API_BASE", "-")})
-    dsn = p.get("dsn")
-    rows.append({"key": "ETL_DB_DSN", "value": redact_dsn(dsn) if dsn else "embedded server",
-                 "source": source("dsn", "ETL_DB_DSN", "default")})
-    from feiqiu_etl.db.embedded import etl_home
-
-    rows.append({"key": "FEIQIU_ETL_HOME", "value": str(etl_home()),
-                 "source": (".env" if "FEIQIU_ETL_HOME" in _dotenv_names() else "environment")
-                 if "FEIQIU_ETL_HOME" in os.environ else "default"})
+    rows += _named(settings)
+    rows = [{**r, "value": _text(r["value"])} for r in rows]  # as it could be written in .env or --set
     if as_json:
         from feiqiu_etl.textsafe import terminal_json
 
@@ -75,21 +51,21 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     for col in ("key", "value", "source"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else str(r["value"]), r["source"])
+        table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else r["value"], r["source"])
     console = _console()
     console.print(table)
     for note in notes:
         console.print(f"(!) {note}", style="yellow", overflow="fold", markup=False)
 
 
-def _unsafe_gaps(cfg, connector, rows: list[dict]) -> list[str]:
+def _unsafe_gaps(settings, connector, rows: list[dict]) -> list[str]:
     """Mark the rows whose ``rate_min`` is below the upstream's minimum gap (``warning``: what ``run`` and
     ``plan`` would say) and return one note per such key."""
     from feiqiu_etl.plan.inputs import gap_below_minimum
 
     notes: dict[str, str] = {}
     for spec in connector.tasks:
-        found = gap_below_minimum(cfg, spec, connector)
+        found = gap_below_minimum(settings, spec, connector)
         if found and found[0] not in notes:
             notes[found[0]] = f"{found[1]}: run and plan refuse it without --unsafe-gaps"
     for r in rows:
@@ -102,34 +78,69 @@ def _unsafe_gaps(cfg, connector, rows: list[dict]) -> list[str]:
     return list(notes.values())
 
 
-def _settings(cfg, connector) -> list[dict]:
-    from feiqiu_etl.config.app_config import DEFAULTS, GLOBAL_KEYS
-    from feiqiu_etl.pipeline.config import PipelineConfig
-
-    rows = []
-    defaults = PipelineConfig()
-    for key in sorted(GLOBAL_KEYS):
-        value = cfg.get(key)
-        if value is None and key.startswith("pipeline."):
-            value = getattr(defaults, key.split(".", 1)[1])
-        if value is None and key == "api.timeout":
-            value, source = connector.api.timeout_seconds, "connector"
-        else:
-            source = cfg.source(key) if cfg.explicit(key) else "default"
-        rows.append({"key": key, "value": value if value is not None else DEFAULTS.get(key), "source": source})
+def _settings(settings, connector) -> list[dict]:
+    """The rows of the settings keys (every global key; a task's where a task-level value is set) and of the
+    connector's gap classes. Raises ``ConfigError`` when a task's merged values do not fit together."""
     for spec in connector.tasks:
-        effective = cfg.pipeline_config(spec.code, spec.pipeline)
-        for name in PipelineConfig.keys():
-            key = f"pipeline.{spec.code.lower()}.{name}"
-            if cfg.explicit(key):
-                source = cfg.source(key)
-            elif name in spec.pipeline:
-                source = "connector"
-            else:
-                continue
-            rows.append({"key": key, "value": getattr(effective, name), "source": source})
+        settings.pipeline_config(spec.code)
+    rows = [{"key": key, "value": value, "source": source}
+            for key, (value, source) in settings.effective(t.code for t in connector.tasks).items()]
+    for spec in connector.tasks:
         if spec.gap_class != connector.api.default_gap_class:
             rows.append({"key": f"{spec.code} gap class", "value": spec.gap_class, "source": "connector"})
     for name, gap in connector.api.gap_classes.items():
         rows.append({"key": f"minimum gap, {name} endpoints", "value": f"{gap.min_gap:g} s", "source": "connector"})
     return rows
+
+
+def _lanes(settings, connector, fleet) -> list[dict]:
+    """Per fleet lane: its API base and each task setting that differs from the settings without the lane."""
+    from feiqiu_etl.pipeline.config import PipelineConfig
+
+    rows = []
+    for lane in fleet.lanes:
+        mine = settings.for_lane(lane.name, {k if k.startswith("pipeline.") else f"pipeline.{k}": v
+                                             for k, v in lane.pipeline.items()}, lane.api_base)
+        if mine.api_base is not None:
+            rows.append({"key": f"{lane.name}:FEIQIU_API_BASE", "value": _url(mine.api_base),
+                         "source": mine.source("api_base")})
+        for spec in connector.tasks:
+            for name in PipelineConfig.keys():
+                found = mine.resolve(spec.code, name)
+                if found.source.startswith("fleet lane"):
+                    rows.append({"key": f"{lane.name}:pipeline.{spec.code.lower()}.{name}", "value": found.value,
+                                 "source": found.source})
+    return rows
+
+
+def _named(settings) -> list[dict]:
+    """The named settings: secrets as set/not set (the token by its fingerprint), the DSN without its password."""
+    from feiqiu_etl.config.settings import fingerprint, reveal
+    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.db.embedded import etl_home
+
+    def source(field: str, unset: str) -> str:
+        found = settings.source(field)
+        return unset if found == "default" else found
+
+    token, web_token, dsn = reveal(settings.api_token), reveal(settings.web_token), reveal(settings.db_dsn)
+    return [
+        {"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {fingerprint(token)})" if token else "not set",
+         "source": source("api_token", "-")},
+        {"key": "FEIQIU_API_BASE", "value": _url(settings.api_base) if settings.api_base else "not set",
+         "source": source("api_base", "-")},
+        {"key": "ETL_DB_DSN", "value": redact_dsn(dsn) if dsn else "embedded server", "source": source("db_dsn",
+                                                                                                      "default")},
+        {"key": "FEIQIU_WEB_TOKEN", "value": "set" if web_token else "not set", "source": source("web_token", "-")},
+        {"key": "FEIQIU_ETL_HOME", "value": str(etl_home()), "source": settings.source("home")},
+    ]
+
+
+def _text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) and value.is_integer() and abs(value) < 1e15 else str(value)
+
+
+def _url(url: str) -> str:
+    from feiqiu_etl.textsafe import redact_url
+
+    return redact_url(url)

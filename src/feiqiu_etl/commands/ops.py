@@ -11,32 +11,31 @@ from typing import Iterator
 import click
 import psycopg
 
-from feiqiu_etl.cli import _setup_logging, common_options
-from feiqiu_etl.config.app_config import AppConfig
+from feiqiu_etl.cli import _setup_logging, common_options, settings
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
 from feiqiu_etl.runs import registry
 from feiqiu_etl.textsafe import escape, terminal_json
 
 def dsn_option(fn):
     fn = click.option("--demo", is_flag=True, help="the demo's database (feiqiu_demo) on the embedded server")(fn)
-    return click.option("--dsn", envvar="ETL_DB_DSN", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded "
-                        "server")(fn)
+    return click.option("--dsn", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server")(fn)
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 
 
 @contextlib.contextmanager
 def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connection]:
-    """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED.
-    ``demo`` opens the demo's database on the embedded server instead."""
+    """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED. ``dsn`` is
+    the ``--dsn`` flag (else ``$ETL_DB_DSN``, else the embedded server); ``demo`` opens the demo's database on
+    the embedded server instead."""
+    from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
-    if demo:
-        dsn = None
-    config = AppConfig.load(task_codes=(), environ=None)
-    timeout = config.number("db.connect_timeout", float, minimum=0.5, maximum=600)
-    stale = config.number("run.stale_after", float, minimum=2, maximum=86400)
+    config = settings({"db_dsn": dsn})
+    dsn = None if demo else reveal(config.db_dsn)
+    timeout, stale = config.db.connect_timeout, config.run.stale_after
     with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
         check_database(real_dsn, None, timeout)
         try:
@@ -47,7 +46,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
         except psycopg.Error as exc:
             from feiqiu_etl.db.connection import scrub
 
-            raise UsageFailure(f"database error: {scrub(' '.join(str(exc).split()), real_dsn)}") from None
+            raise UsageFailure(f"database error: {scrub(one_line(exc, None, with_type=False), real_dsn)}") from None
 
 
 def _echo_json(data) -> None:
@@ -156,7 +155,7 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         from rich.console import Group
         from rich.live import Live
 
-        from feiqiu_etl.report import SafeConsole, progress_view
+        from feiqiu_etl.report import SafeConsole, progress_view, recorded_live
 
         watched: list[str] = []
         seen_any = False
@@ -172,7 +171,8 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
                     seen_any = seen_any or bool(current)
                     if not current:
                         break
-                    live.update(Group(*[progress_view(r["live"]) for r in current if r.get("live")]))
+                    shown = [recorded_live(r.get("live")) for r in current]
+                    live.update(Group(*[progress_view(s) for s in shown if s is not None]))
                     time.sleep(1)
             except KeyboardInterrupt:
                 seen_any = False

@@ -14,7 +14,7 @@ import socket
 
 import click
 
-from feiqiu_etl.cli import _setup_logging, common_options
+from feiqiu_etl.cli import _setup_logging, common_options, settings
 from feiqiu_etl.commands.ops import dsn_option, warehouse
 from feiqiu_etl.flowcli import UsageFailure, database
 
@@ -40,7 +40,7 @@ def _listen(host: str, port: int) -> socket.socket:
               help="address to bind; anything but 127.0.0.1, ::1 or localhost needs --auth-token")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               help="TCP port (0 = any free port; the address is printed on stderr)")
-@click.option("--auth-token", envvar="FEIQIU_WEB_TOKEN", metavar="TOKEN",
+@click.option("--auth-token", metavar="TOKEN",
               help="require this token (Authorization: Bearer, or the login form) on every request "
                    f"(env FEIQIU_WEB_TOKEN, preferred: a command line is visible to other users); at least "
                    f"{MIN_TOKEN_LENGTH} characters that are not whitespace, not all the same")
@@ -56,8 +56,11 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, de
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
     and the JSON API (README "The web page")."""
     _setup_logging(verbose, log_format)
+    from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.web.security import needs_token, token_problem
 
+    config = settings({"web_token": auth_token, "db_dsn": dsn})
+    auth_token = reveal(config.web_token)
     if needs_token(host) and not auth_token:
         raise UsageFailure(f"binding {host} needs --auth-token (or FEIQIU_WEB_TOKEN); without a token only "
                            "127.0.0.1, ::1 and localhost are served")
@@ -75,30 +78,31 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, de
     schedule = schedule_for(fleet_path, connector)
     sock = _listen(host, port)
     try:
-        _serve(sock, host, auth_token, stale_hours, connector, dsn, demo, verbose, schedule)
+        _serve(sock, host, config, stale_hours, connector, demo, verbose, schedule)
     finally:
         sock.close()
 
 
-def _serve(sock: socket.socket, host: str, token: str | None, stale_hours: float, connector, dsn: str | None,
-           demo: bool, verbose: int, schedule=None) -> None:
+def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector, demo: bool, verbose: int,
+           schedule=None) -> None:
+    """Serve on ``sock`` with the command's :class:`~feiqiu_etl.config.Settings` ``config`` (web token, DSN,
+    run and database timeouts) and the freshness ``schedule`` until a signal stops it."""
     import uvicorn
 
-    from feiqiu_etl.config.app_config import AppConfig
+    from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import redact_dsn
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.demo import DEMO_DATABASE
     from feiqiu_etl.web import WebSettings, create_app
 
-    config = AppConfig.load(task_codes=(), environ=None)
+    token, dsn = reveal(config.web_token), reveal(config.db_dsn)
     with database(None if demo else dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
         with warehouse(real_dsn):  # reachable, schemas up to date, vanished runs INTERRUPTED
             pass
         settings = WebSettings(
             dsn=real_dsn, token=token, host=host, connector=connector.name,
             task_codes=tuple(t.code for t in connector.tasks), schedule=schedule, stale_hours=stale_hours,
-            run_stale_after=config.number("run.stale_after", float, minimum=2, maximum=86400),
-            connect_timeout=config.number("db.connect_timeout", float, minimum=0.5, maximum=600))
+            run_stale_after=config.run.stale_after, connect_timeout=config.db.connect_timeout)
         app = create_app(settings)
         server = _server(uvicorn.Config(
             app, log_config=None, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",

@@ -32,7 +32,6 @@ from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
 from feiqiu_etl.plan.model import Secret
 
-DSN_ENV = "ETL_DB_DSN"
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_WAIT_FOR_LANE = 6 * 3600.0
@@ -44,7 +43,7 @@ DWD_KEY = dg.AssetKey(["feiqiu", "dwd"])
 LANE_TAG = "feiqiu/lane"
 _RUN_OPTION_FIELDS = {f.name for f in dataclasses.fields(RunOptions)}
 _OWNED_OPTIONS = {"fleet_path", "lanes", "stores", "load_dwd", "dwd_only", "token", "site_ids", "environ",
-                  "api_base", "overrides", "unsafe_gaps", "wait_for_lane", "connector_path"}
+                  "api_base", "overrides", "unsafe_gaps", "wait_for_lane", "connector_path", "dsn", "dotenv"}
 
 
 class FleetDefinitionsError(ValueError):
@@ -54,7 +53,14 @@ class FleetDefinitionsError(ValueError):
 
 @dataclass(frozen=True)
 class FleetSettings:
-    """How every materialization runs (see :func:`build_definitions` for each field)."""
+    """How every materialization of the fleet file at ``fleet_path`` runs.
+
+    ``dsn`` (else ``$ETL_DB_DSN`` when a step runs) is the warehouse; ``api_base``/``connector_path``/
+    ``overrides`` (``--set`` keys)/``unsafe_gaps`` are the CLI's; ``wait_for_lane`` (s) is how long a step
+    waits for the PostgreSQL lane guard (None: fail at once); ``fail_on_partial`` makes a PARTIAL store fail
+    its step; ``run_options`` sets further :class:`~feiqiu_etl.plan.RunOptions` fields (e.g. ``task_codes``,
+    ``window_start``/``window_end``, ``timeout``); ``environ`` replaces ``os.environ`` (tokens, settings).
+    """
 
     fleet_path: str
     dsn: str | None = None
@@ -71,18 +77,24 @@ class FleetSettings:
         return os.environ if self.environ is None else self.environ
 
     def options(self, **kw: Any) -> RunOptions:
-        """The :class:`RunOptions` of one materialization (``kw``: lanes/stores/load_dwd/dwd_only)."""
-        return RunOptions(fleet_path=self.fleet_path, api_base=self.api_base, connector_path=self.connector_path,
-                          overrides=dict(self.overrides), unsafe_gaps=self.unsafe_gaps,
-                          wait_for_lane=self.wait_for_lane, environ=dict(self.env()), **dict(self.run_options), **kw)
+        """The :class:`RunOptions` of one materialization (``kw``: lanes/stores/load_dwd/dwd_only). Its settings
+        are built as the CLI builds them (:func:`feiqiu_etl.config.load_settings`): ``dsn``, ``api_base`` and
+        ``overrides`` take the places of ``--dsn``, ``--api-base`` and ``--set``; the step's environment
+        (``ETL_DB_DSN``, ``FEIQIU_API_BASE``, ``PIPELINE_*`` …) is read in the same order as the CLI's."""
+        return RunOptions(fleet_path=self.fleet_path, api_base=self.api_base, dsn=self.dsn,
+                          connector_path=self.connector_path, overrides=dict(self.overrides),
+                          unsafe_gaps=self.unsafe_gaps, wait_for_lane=self.wait_for_lane, environ=dict(self.env()),
+                          **dict(self.run_options), **kw)
 
-    def database(self) -> str:
-        dsn = self.dsn or self.env().get(DSN_ENV)
-        if not dsn:
-            raise dg.Failure(f"no database: set {DSN_ENV} in the environment of the code location (or pass dsn= "
-                             "to build_definitions); Dagster steps never start an embedded server",
-                             allow_retries=False)
-        return dsn
+
+@dataclass(frozen=True)
+class DailySchedule:
+    """Each lane's daily schedule: ``cron`` in ``timezone``; ``running`` starts the schedules and the DWD
+    sensor RUNNING (default STOPPED: switch them on in the Dagster UI)."""
+
+    cron: str = DEFAULT_CRON
+    timezone: str = DEFAULT_TIMEZONE
+    running: bool = False
 
 
 def lane_key(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str | None:
@@ -105,51 +117,41 @@ def _ident(name: str) -> str:
     return name.replace("-", "_")
 
 
-def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, api_base: str | None = None,
-                      connector_path: str | None = None, overrides: Mapping[str, Any] | None = None,
-                      unsafe_gaps: bool = False, wait_for_lane: float | None = DEFAULT_WAIT_FOR_LANE,
-                      cron: str = DEFAULT_CRON, timezone: str = DEFAULT_TIMEZONE,
-                      schedules_running: bool = False, fail_on_partial: bool = False,
-                      run_options: Mapping[str, Any] | None = None,
-                      environ: Mapping[str, str] | None = None) -> dg.Definitions:
-    """Dagster definitions for the fleet file at ``fleet_path``.
+def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
+                      schedule: DailySchedule = DailySchedule()) -> dg.Definitions:
+    """Dagster definitions for a fleet file: ``fleet`` is its path (every other setting at its default) or the
+    :class:`FleetSettings` of every materialization; ``schedule`` the lanes' :class:`DailySchedule`.
 
     * one asset ``feiqiu/ods/<lane>`` per lane, partitioned by its stores (partition key = site id), in the
       pool :func:`pool_name` (named after the lane key); a run of several partitions runs them in one lane,
       fairly interleaved (backfill policy: single run);
     * ``feiqiu/dwd``: the DWD load (``--dwd-only``) downstream of every lane, requested by the automation
       sensor ``feiqiu_dwd_after_ods`` once ODS was updated and no ODS run is in progress;
-    * jobs ``feiqiu_ods_<lane>`` and ``feiqiu_dwd``; schedules ``feiqiu_ods_<lane>_daily`` (``cron`` in
-      ``timezone``, STOPPED unless ``schedules_running``) requesting one run per store.
-
-    ``dsn`` (else ``$ETL_DB_DSN`` when a step runs) is the warehouse; ``api_base``/``connector_path``/
-    ``overrides`` (``--set`` keys)/``unsafe_gaps`` are the CLI's; ``wait_for_lane`` (s) is how long a step
-    waits for the PostgreSQL lane guard (None: fail at once); ``fail_on_partial`` makes a PARTIAL store fail
-    its step; ``run_options`` sets further :class:`~feiqiu_etl.plan.RunOptions` fields (e.g. ``task_codes``,
-    ``window_start``/``window_end``, ``timeout``); ``environ`` replaces ``os.environ`` (tokens, settings).
+    * jobs ``feiqiu_ods_<lane>`` and ``feiqiu_dwd``; schedules ``feiqiu_ods_<lane>_daily`` (``schedule.cron`` in
+      ``schedule.timezone``, STOPPED unless ``schedule.running``) requesting one run per store.
 
     Raises :class:`FleetDefinitionsError` (one line) for a bad fleet or connector file, lane names that clash
     once made identifiers, or unknown ``run_options``.
     """
-    run_options = dict(run_options or {})
-    bad = sorted(set(run_options) - _RUN_OPTION_FIELDS) + sorted(set(run_options) & _OWNED_OPTIONS)
+    given = fleet if isinstance(fleet, FleetSettings) else FleetSettings(str(fleet))
+    settings = dataclasses.replace(given, fleet_path=str(given.fleet_path), overrides=dict(given.overrides),
+                                   run_options=dict(given.run_options))
+    fleet_path = settings.fleet_path
+    bad = sorted(set(settings.run_options) - _RUN_OPTION_FIELDS) + sorted(set(settings.run_options) & _OWNED_OPTIONS)
     if bad:
         raise FleetDefinitionsError(f"run_options: {bad[0]!r} is not a RunOptions field this module lets you set")
     try:
         fleet = load_fleet(fleet_path)
-        connector = load_connector(connector_path)
+        connector = load_connector(settings.connector_path)
     except (FleetError, ConnectorError) as exc:
         raise FleetDefinitionsError(str(exc)) from None
-    settings = FleetSettings(fleet_path=str(fleet_path), dsn=dsn, api_base=api_base, connector_path=connector_path,
-                             overrides=dict(overrides or {}), unsafe_gaps=unsafe_gaps, wait_for_lane=wait_for_lane,
-                             fail_on_partial=fail_on_partial, run_options=run_options, environ=environ)
     idents = [_ident(lane.name) for lane in fleet.lanes]
     if len(set(idents)) != len(idents):
         raise FleetDefinitionsError(f"{fleet_path}: lane names {', '.join(lane.name for lane in fleet.lanes)} clash "
                                     "once '-' becomes '_' (Dagster names)")
     env = settings.env()
     assets, jobs, schedules = [], [], []
-    status = dg.DefaultScheduleStatus.RUNNING if schedules_running else dg.DefaultScheduleStatus.STOPPED
+    status = dg.DefaultScheduleStatus.RUNNING if schedule.running else dg.DefaultScheduleStatus.STOPPED
     for lane in fleet.lanes:
         asset = _ods_asset(lane, settings, pool_name(connector.name, lane, env))
         job = dg.define_asset_job(f"feiqiu_ods_{_ident(lane.name)}", selection=[asset],
@@ -157,13 +159,13 @@ def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, 
                                   description=f"ODS of lane {lane.name}: one store per partition")
         assets.append(asset)
         jobs.append(job)
-        schedules.append(_daily(lane, job, cron, timezone, status))
+        schedules.append(_daily(lane, job, schedule.cron, schedule.timezone, status))
     dwd = _dwd_asset(settings, [a.key for a in assets])
     assets.append(dwd)
     jobs.append(dg.define_asset_job("feiqiu_dwd", selection=[dwd], description="DWD load from what ODS holds"))
     sensor = dg.AutomationConditionSensorDefinition(
         "feiqiu_dwd_after_ods", target=dg.AssetSelection.assets(DWD_KEY),
-        default_status=dg.DefaultSensorStatus.RUNNING if schedules_running else dg.DefaultSensorStatus.STOPPED,
+        default_status=dg.DefaultSensorStatus.RUNNING if schedule.running else dg.DefaultSensorStatus.STOPPED,
         description="Loads DWD once ODS was updated and no ODS run is in progress")
     # one step per run: running it in the run worker itself saves a process per run (and its imports)
     return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules, sensors=[sensor],
@@ -188,7 +190,7 @@ def _ods_asset(lane: LaneModel, settings: FleetSettings, pool: str) -> dg.Assets
             sites = [int(k) for k in context.partition_keys]
             _warn_unlimited_pool(context, pool)
             result = _run(context, settings.options(lanes=[lane.name], stores=sites, load_dwd=False),
-                          settings.database(), {"asset": f"feiqiu/ods/{lane.name}", "partitions": sites})
+                          {"asset": f"feiqiu/ods/{lane.name}", "partitions": sites})
             verdict = judge_ods(result, sites, fail_on_partial=settings.fail_on_partial)
             return _report(context, verdict, partitioned=True)
 
@@ -201,7 +203,7 @@ def _dwd_asset(settings: FleetSettings, upstream: list[dg.AssetKey]) -> dg.Asset
     @dg.asset(key=DWD_KEY, deps=upstream, group_name=DWD_GROUP, kinds={"postgres"}, automation_condition=condition,
               description="DWD layer (SCD2 dimensions, then facts) loaded from everything ODS holds")
     def _dwd(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        result = _run(context, settings.options(dwd_only=True), settings.database(), {"asset": "feiqiu/dwd"})
+        result = _run(context, settings.options(dwd_only=True), {"asset": "feiqiu/dwd"})
         return _report(context, judge_dwd(result), partitioned=False)
 
     return _dwd
@@ -276,10 +278,11 @@ class _ToDagsterLog(logging.Handler):
             pass
 
 
-def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args: dict):
+def _run(context: dg.AssetExecutionContext, options: RunOptions, args: dict):
     """One feiqiu-etl run in this process, in a worker thread, so that a Dagster termination (raised in this,
     the main, thread) becomes a graceful cancel: no new requests, what was fetched is written, the run is
-    recorded CANCELLED, and then the interruption propagates. A configuration error is a ``Failure``."""
+    recorded CANCELLED, and then the interruption propagates. A configuration error (no database among them:
+    a step never starts an embedded server) is a ``Failure``."""
     import click
 
     from feiqiu_etl.flowcli import execute_in_process
@@ -294,7 +297,7 @@ def _run(context: dg.AssetExecutionContext, options: RunOptions, dsn: str, args:
 
     def work() -> None:
         try:
-            box["result"] = execute_in_process(options, dsn, token, command="dagster", args=args)
+            box["result"] = execute_in_process(options, None, token, command="dagster", args=args)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
             box["error"] = exc
         finally:

@@ -1,105 +1,88 @@
-"""``PipelineConfig`` (spec §3.1, §4.1): frozen, validated pipeline settings with task-level overrides.
+"""``PipelineConfig`` (spec §3.1, §4.1): the frozen, validated settings of one task's pipeline, and ``Gap``, the
+random gap before each of its requests.
 
-Precedence in :meth:`PipelineConfig.from_app_config`, highest first: explicit task-level key
-(``pipeline.<task_code>.<key>``), the connector's task default (e.g. the 8 s group-buy gap,
-upstream-api.md §2.2), explicit global key (``pipeline.<key>``), the built-in default.
+The bounds live on the field types below (``Workers``, ``GapSeconds`` …): the settings model
+(:mod:`feiqiu_etl.config.settings`) declares its ``pipeline.*`` keys with the same types, so a bound is written
+once. Which layer a value came from (task key > connector task default > global key > built-in default) is
+decided there, once; this module only holds the result.
 """
 
 from __future__ import annotations
 
-import math
+import random
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Protocol
+from typing import Annotated
 
+from pydantic import ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-class ConfigSource(Protocol):
-    def get(self, key: str, default: Any = None) -> Any: ...
-
-
-INT_LIMITS = {"workers": 256, "queue_size": 1_000_000, "batch_size": 1_000_000,
-              "max_consecutive_failures": 1_000_000}
-FLOAT_LIMITS = {"batch_timeout": 3600.0, "rate_min": 86400.0, "rate_max": 86400.0}
+Workers = Annotated[int, Field(ge=1, le=256, description="processing threads")]
+QueueSize = Annotated[int, Field(ge=1, le=1_000_000, description="processing queue bound (write queue: 2x)")]
+BatchSize = Annotated[int, Field(ge=1, le=1_000_000, description="most rows per write transaction")]
+BatchTimeout = Annotated[float, Field(gt=0, le=3600, description="s a partial batch may wait")]
+GapSeconds = Annotated[float, Field(ge=0, le=86400, description="random gap between requests, s")]
+FailureLimit = Annotated[int, Field(ge=1, le=1_000_000, description="failed requests or writes in a row before "
+                                                                       "a task is aborted (FAILED)")]
 
 
 @dataclass(frozen=True)
-class PipelineConfig:
-    """Pipeline settings. Units: seconds for ``batch_timeout`` and rates; counts otherwise.
+class Gap:
+    """The random gap before a request: uniform in ``[min, max]`` seconds (upstream-api.md §2.2 asks for a
+    random gap). A value: :meth:`draw` takes the random source, :meth:`at_least` composes it with a floor.
+    Raises ``ValueError`` when ``min < 0`` or ``min > max``."""
 
-    Raises ``ValueError`` (one line) when workers/queue_size/batch_size < 1, batch_timeout <= 0,
-    a rate is negative, ``rate_min > rate_max`` or max_consecutive_failures < 1 (Property 3), and for
-    non-finite values or values above sane limits (``INT_LIMITS``, ``FLOAT_LIMITS``: e.g. 256 workers).
-    """
-
-    workers: int = 2
-    queue_size: int = 100
-    batch_size: int = 1000
-    batch_timeout: float = 5.0
-    rate_min: float = 5.0
-    rate_max: float = 20.0
-    max_consecutive_failures: int = 10
+    min: float
+    max: float
 
     def __post_init__(self) -> None:
-        for name, high in INT_LIMITS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer, got {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-            if value > high:
-                raise ValueError(f"{name} must be <= {high}, got {value}")
-        for name, high in FLOAT_LIMITS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-            if value > high:
-                raise ValueError(f"{name} must be <= {high:g} s, got {value:g}")
-        if self.batch_timeout <= 0:
-            raise ValueError(f"batch_timeout must be > 0, got {self.batch_timeout}")
-        if self.rate_min < 0:
-            raise ValueError(f"rate_min must be >= 0, got {self.rate_min}")
+        if self.min < 0:
+            raise ValueError(f"min_interval must be >= 0, got {self.min}")
+        if self.min > self.max:
+            raise ValueError(f"min_interval({self.min}) must not exceed max_interval({self.max})")
+
+    @property
+    def mean(self) -> float:
+        """The expected gap, s (for estimates)."""
+        return (self.min + self.max) / 2
+
+    def draw(self, rng: random.Random) -> float:
+        """One gap, s, uniform in ``[min, max]``."""
+        return min(max(rng.uniform(self.min, self.max), self.min), self.max)
+
+    def at_least(self, floor: float) -> "Gap":
+        """This gap with no draw below ``floor`` seconds (e.g. an endpoint class's documented minimum)."""
+        return Gap(max(self.min, floor), max(self.max, floor))
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(strict=True, allow_inf_nan=False))
+class PipelineConfig:
+    """Pipeline settings of one task. Units: seconds for ``batch_timeout`` and the gap; counts otherwise.
+
+    Strict: counts must be ``int`` (not ``bool``, ``float`` or text), seconds finite numbers, each within the
+    bounds of its type (Property 3; e.g. at most 256 workers). Raises ``ValueError`` (a pydantic
+    ``ValidationError``) otherwise, and when ``rate_min > rate_max``.
+    """
+
+    workers: Workers = 2
+    queue_size: QueueSize = 100
+    batch_size: BatchSize = 1000
+    batch_timeout: BatchTimeout = 5.0
+    rate_min: GapSeconds = 5.0
+    rate_max: GapSeconds = 20.0
+    max_consecutive_failures: FailureLimit = 10
+
+    @model_validator(mode="after")
+    def _ordered_gap(self) -> "PipelineConfig":
         if self.rate_min > self.rate_max:
             raise ValueError(f"rate_min({self.rate_min}) must not exceed rate_max({self.rate_max})")
+        return self
+
+    @property
+    def gap(self) -> Gap:
+        """The gap before each request of this task."""
+        return Gap(self.rate_min, self.rate_max)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
+        """The setting names (``pipeline.<name>``), in declaration order."""
         return tuple(f.name for f in fields(cls))
-
-    @classmethod
-    def from_app_config(
-        cls,
-        config: ConfigSource,
-        task_code: str | None = None,
-        task_defaults: Mapping[str, Any] | None = None,
-    ) -> "PipelineConfig":
-        """Build from a key/value source (``AppConfig``) for ``task_code``. Raises ``ValueError`` for a
-        value that does not parse (``"pipeline.workers: expected int, got 'x'"``) or fails validation."""
-        task_defaults = task_defaults or {}
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw, where = None, None
-            if task_code:
-                where = f"pipeline.{task_code.lower()}.{f.name}"
-                raw = config.get(where)
-            if raw is None and f.name in task_defaults:
-                raw, where = task_defaults[f.name], f"task default {f.name}"
-            if raw is None:
-                where = f"pipeline.{f.name}"
-                raw = config.get(where)
-            if raw is None:
-                continue
-            values[f.name] = _coerce(raw, f.default, where)
-        return cls(**values)
-
-
-def _coerce(raw: Any, default: Any, where: str) -> Any:
-    kind = type(default)
-    if isinstance(raw, bool):
-        raise ValueError(f"{where}: expected {kind.__name__}, got {raw!r}")
-    try:
-        if kind is int:
-            if isinstance(raw, float) and not raw.is_integer():
-                raise ValueError
-            return int(str(raw).strip()) if not isinstance(raw, (int, float)) else int(raw)
-        return float(raw)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: expected {kind.__name__}, got {raw!r}") from None

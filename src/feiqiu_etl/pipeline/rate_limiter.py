@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 
 from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
+from feiqiu_etl.pipeline.config import Gap
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,8 @@ class RateLimiterStatistics:
 
 
 class RateLimiter:
-    """Random-interval limiter. Raises ``ValueError`` if ``min_interval > max_interval`` or either < 0."""
+    """Random-interval limiter over a :class:`Gap` (``min_interval``/``max_interval`` s, or ``gap``). Raises
+    ``ValueError`` if ``min_interval > max_interval`` or either < 0."""
 
     def __init__(
         self,
@@ -33,13 +35,10 @@ class RateLimiter:
         *,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        gap: Gap | None = None,
     ):
-        if min_interval > max_interval:
-            raise ValueError(f"min_interval({min_interval}) must not exceed max_interval({max_interval})")
-        if min_interval < 0:
-            raise ValueError(f"min_interval must be >= 0, got {min_interval}")
-        self._min = float(min_interval)
-        self._max = float(max_interval)
+        self.gap = gap or Gap(float(min_interval), float(max_interval))
+        self._min, self._max = self.gap.min, self.gap.max
         self._rng = rng or random.Random()
         self._clock = clock
         self._lock = threading.Lock()
@@ -57,8 +56,7 @@ class RateLimiter:
     def draw(self) -> float:
         """Return the next gap in seconds, uniform in ``[min_interval, max_interval]``."""
         with self._lock:
-            interval = self._rng.uniform(self._min, self._max)
-            interval = min(max(interval, self._min), self._max)
+            interval = self.gap.draw(self._rng)
             self._last_interval = interval
             self._draws += 1
             return interval

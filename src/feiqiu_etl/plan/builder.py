@@ -27,13 +27,13 @@ DEFAULT_REQUEST_SECONDS = 0.1
 def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetime | None = None) -> RunPlan:
     """The run's plan. ``now`` (naive Asia/Shanghai) defaults to ``inputs.windows.now`` or the current time."""
     now = now or inputs.windows.now or local_now()
-    share = inputs.config.number("detail.recheck_share", float)
+    share = inputs.settings.detail.recheck_share
     lanes = tuple(_with_rechecks(_lane(inputs, lane, history, now), share, history) for lane in inputs.lanes)
     return RunPlan(
         connector=inputs.connector, lanes=lanes, load_ods=inputs.load_ods, dwd=inputs.dwd, now=now,
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
-        unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.detail_max_attempts,
-        db_unavailable_limit=inputs.config.number("db.unavailable_limit", float),
+        unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.settings.detail.max_attempts,
+        db_unavailable_limit=inputs.settings.db.unavailable_limit,
         settings=settings_snapshot(inputs),
     )
 
@@ -55,7 +55,8 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
         name=lane.name, token=lane.token, token_source=lane.token_source, api_base=lane.api_base,
         stores=lane.stores, tasks=tuple(tasks), connector=inputs.connector.name, timeout=inputs.api_timeout,
         connect_timeout=inputs.connect_timeout, retry=inputs.retry,
-        max_transport_failures=inputs.max_transport_failures, max_active_stores=inputs.max_active_stores,
+        max_transport_failures=inputs.settings.lane.max_transport_failures,
+        max_active_stores=inputs.settings.lane.max_active_stores,
     )
 
 
@@ -110,30 +111,15 @@ def plan_windows(inputs: PlanInputs, spec: OdsTaskSpec, past: TaskHistory,
 
 
 def settings_snapshot(inputs: PlanInputs) -> dict:
-    """Every effective setting with its source (for the run record and ``config show``); no secrets."""
-    from feiqiu_etl.config.app_config import DEFAULTS, GLOBAL_KEYS
-
-    cfg = inputs.config
-    out: dict[str, dict] = {}
-    for key in sorted(GLOBAL_KEYS):
-        value = cfg.get(key)
-        if value is None and key == "api.timeout":
-            value = inputs.api_timeout
-        default_source = "connector" if key == "api.timeout" else "default"
-        out[key] = {"value": value if value is not None else DEFAULTS.get(key),
-                    "source": cfg.source(key) if cfg.explicit(key) else default_source}
+    """Every effective setting with its source (for the run record): the global keys, and each lane's task
+    settings that a layer set (``lane:pipeline.<task>.<key>`` for a fleet lane). No secrets."""
+    out = {key: {"value": value, "source": source} for key, (value, source) in inputs.settings.effective().items()}
     for lane in inputs.lanes:
         for spec in lane.specs:
-            c = lane.configs[spec.code]
             for key in PipelineConfig.keys():
-                name = f"pipeline.{spec.code.lower()}.{key}"
-                if lane.app_config.explicit(name):
-                    source = lane.app_config.source(name)
-                elif key in spec.pipeline:
-                    source = "connector"
-                else:
-                    source = lane.app_config.source(f"pipeline.{key}")
-                if source != "default":
-                    entry = f"{name}" if lane.name == "default" else f"{lane.name}:{name}"
-                    out[entry] = {"value": getattr(c, key), "source": source}
+                found = lane.settings.resolve(spec.code, key)
+                if found.source != "default":
+                    name = f"pipeline.{spec.code.lower()}.{key}"
+                    out[name if lane.name == "default" else f"{lane.name}:{name}"] = {
+                        "value": getattr(lane.configs[spec.code], key), "source": found.source}
     return out

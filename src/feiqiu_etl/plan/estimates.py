@@ -57,8 +57,7 @@ def plan_estimate(spec: OdsTaskSpec, cfg: PipelineConfig, windows: Sequence[Wind
     else:
         pages, rows, details, basis = segments, 0, 0, "catalog"
     details = details + owed if spec.detail else 0
-    gap = (cfg.rate_min + cfg.rate_max) / 2
-    return Estimate(pages, details, (pages + details) * (gap + request_seconds), basis, rows=rows)
+    return Estimate(pages, details, (pages + details) * (cfg.gap.mean + request_seconds), basis, rows=rows)
 
 
 def _from_contract(spec: OdsTaskSpec, windows: Sequence[Window]) -> tuple[int, int, int]:

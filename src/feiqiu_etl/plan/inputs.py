@@ -1,9 +1,9 @@
 """Validate everything a run is given — once — before the database starts or any request is sent.
 
 :class:`RunOptions` is what a caller (the CLI, Dagster, a test) asks for; :func:`prepare` turns it into
-:class:`PlanInputs`: the connector, the layered configuration, one :class:`LaneInput` per token with its
-stores and per-task :class:`PipelineConfig`, window settings and the DWD selection. Every problem is a
-:class:`~feiqiu_etl.config.app_config.ConfigError` with one line (the CLI exits 2). No I/O but reading the
+:class:`PlanInputs`: the connector, the typed :class:`~feiqiu_etl.config.Settings`, one :class:`LaneInput` per
+token with its stores and per-task :class:`PipelineConfig`, window settings and the DWD selection. Every problem
+is a :class:`~feiqiu_etl.config.ConfigError` with one line (the CLI exits 2). No I/O but reading the
 connector, fleet and DWD mapping files.
 
 The safety rule of upstream-api.md §2.2 lives here: a configured gap below the documented minimum of its
@@ -19,12 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from feiqiu_etl.api.client import RetryPolicy
-from feiqiu_etl.config.app_config import AppConfig, ConfigError
+from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings
+from feiqiu_etl.config.settings import reveal
 from feiqiu_etl.connector.model import Connector, ConnectorError, load_connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import EARLIEST_WINDOW, Window, fmt, local_now, parse_local
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.plan.fleet import FleetError, load_fleet, resolve_tokens
+from feiqiu_etl.plan.fleet import FleetError, FleetModel, load_fleet, resolve_tokens
 from feiqiu_etl.plan.model import DwdPlan, Secret, StorePlan, WindowSettings
 
 DEFAULT_LANE = "default"
@@ -34,10 +35,12 @@ MAX_TIMEOUT = 30 * 86400.0
 
 @dataclass
 class RunOptions:
-    """What a run is asked to do (unvalidated). Single-token runs give ``token`` + ``site_ids``; fleet
-    runs give ``fleet_path`` (tokens come from the environment variables it names) and may filter it with
-    ``lanes``/``stores``. ``overrides`` are ``--set``/flag settings (``override_sources`` says which came
-    from a dedicated flag). ``environ`` defaults to ``os.environ``."""
+    """What a run is asked to do (unvalidated). Single-token runs give ``site_ids`` (the token comes from
+    ``token`` or ``$FEIQIU_API_TOKEN``); fleet runs give ``fleet_path`` (tokens come from the environment
+    variables it names) and may filter it with ``lanes``/``stores``. ``api_base``, ``token``, ``dsn`` and
+    ``flags`` (``{dotted key: value}``, e.g. ``{"pipeline.rate_min": "6"}``) are the dedicated flags' layer,
+    ``overrides`` the ``--set`` layer; ``environ`` (default ``os.environ``) holds the environment layer and
+    ``dotenv`` says which of its names a ``.env`` file set (:func:`feiqiu_etl.config.load_settings`)."""
 
     api_base: str | None = None
     token: str | None = None
@@ -48,7 +51,8 @@ class RunOptions:
     task_codes: list[str] = field(default_factory=list)
     connector_path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
-    override_sources: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, Any] = field(default_factory=dict)
+    dsn: str | None = None
     window_start: str | None = None
     window_end: str | None = None
     timeout: float | None = None
@@ -60,12 +64,18 @@ class RunOptions:
     wait_for_lane: float | None = None
     environ: Mapping[str, str] | None = None
     now: datetime | None = None
-    strict_env_names: set[str] = field(default_factory=set)
+    dotenv: DotEnv = DotEnv()
+
+    def settings(self, connector: Connector | None = None, fleet: FleetModel | None = None) -> Settings:
+        """The run's :class:`~feiqiu_etl.config.Settings` from every layer. Raises :class:`ConfigError`."""
+        named = {"api_base": self.api_base, "api_token": self.token, "db_dsn": self.dsn}
+        return load_settings(connector=connector, environ=self.environ, dotenv=self.dotenv, sets=self.overrides,
+                             flags={**self.flags, **named}, fleet_base=fleet.api_base if fleet else None)
 
 
 @dataclass(frozen=True)
 class LaneInput:
-    """A validated lane: token, base URL, stores, its layered config and each task's pipeline settings."""
+    """A validated lane: token, base URL, stores, its layered settings and each task's pipeline settings."""
 
     name: str
     token: Secret
@@ -74,7 +84,7 @@ class LaneInput:
     stores: tuple[StorePlan, ...]
     specs: tuple[OdsTaskSpec, ...]
     configs: Mapping[str, PipelineConfig]
-    app_config: AppConfig
+    settings: Settings
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ class PlanInputs:
     """Everything validated; what :func:`feiqiu_etl.plan.builder.build_plan` needs besides history."""
 
     connector: Connector
-    config: AppConfig
+    settings: Settings
     lanes: tuple[LaneInput, ...]
     windows: WindowSettings
     load_ods: bool
@@ -91,28 +101,34 @@ class PlanInputs:
     timeout: float | None
     wait_for_lane: float | None
     unsafe_gaps: bool
-    api_timeout: float
-    connect_timeout: float
-    retry: RetryPolicy
-    max_transport_failures: int
-    max_active_stores: int
-    detail_max_attempts: int
 
     @property
     def stores(self) -> tuple[int, ...]:
         return tuple(s.site_id for lane in self.lanes for s in lane.stores)
 
+    @property
+    def api_timeout(self) -> float:
+        """HTTP timeout per request, s (``api.timeout``; default: the connector's)."""
+        return self.settings.api.timeout
+
+    @property
+    def connect_timeout(self) -> float:
+        """HTTP connect timeout, s: ``api.connect_timeout``, at most :attr:`api_timeout`."""
+        return min(self.settings.api.timeout, self.settings.api.connect_timeout)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(attempts=self.settings.api.retry_attempts, base=self.settings.api.retry_backoff)
+
 
 def prepare(options: RunOptions) -> PlanInputs:
     """Validate ``options``. Raises :class:`ConfigError` (one line) for anything wrong."""
-    environ = dict(os.environ if options.environ is None else options.environ)
     try:
         connector = load_connector(options.connector_path)
-    except ConnectorError as exc:
+        fleet = load_fleet(options.fleet_path) if options.fleet_path else None
+    except (ConnectorError, FleetError) as exc:
         raise ConfigError(str(exc)) from None
-    config = AppConfig.load(task_codes=[t.code for t in connector.tasks], overrides=options.overrides,
-                            environ=environ, strict_names=options.strict_env_names,
-                            override_sources=options.override_sources)
+    settings = options.settings(connector, fleet)
     if options.dwd_only and not options.load_dwd:
         raise ConfigError("--no-dwd and --dwd-only exclude each other")
     if options.timeout is not None and not 0 < options.timeout <= MAX_TIMEOUT:
@@ -124,38 +140,21 @@ def prepare(options: RunOptions) -> PlanInputs:
         specs = connector.select(options.task_codes or None)
     except KeyError as exc:
         raise ConfigError(exc.args[0]) from None
-    windows = window_settings(config, options.window_start, options.window_end, now=options.now)
-    api_timeout = config.number("api.timeout", float, minimum=0.1, maximum=600.0, default=connector.api.timeout_seconds)
-    retry = RetryPolicy(attempts=config.number("api.retry_attempts", int, minimum=1, maximum=20),
-                        base=config.number("api.retry_backoff", float, minimum=0.0, maximum=600.0))
-    lanes = _lanes(options, environ, connector, config, specs, load_ods) if load_ods else ()
+    windows = window_settings(settings, options.window_start, options.window_end, now=options.now)
+    lanes = _lanes(options, connector, settings, specs, fleet) if load_ods else ()
     dwd = None
     mapping = None
-    workers = config.number("dwd.parallel_workers", int, minimum=1, maximum=64)
     if options.load_dwd or options.dwd_only:
         mapping = _dwd_mapping(connector, options.dwd_tables)
-        dwd = DwdPlan(tuple(options.dwd_tables) or None, workers, options.dwd_full)
-    for key, low, high in (("db.connect_timeout", 0.5, 600), ("db.unavailable_limit", 1, 86400),
-                           ("detail.recheck_share", 0, 0.5),
-                           ("run.heartbeat_seconds", 0.1, 60), ("run.stale_after", 2, 86400),
-                           ("progress.heartbeat_seconds", 0, 86400)):
-        config.number(key, float, minimum=low, maximum=high)
-    return PlanInputs(
-        connector=connector, config=config, lanes=lanes, windows=windows, load_ods=load_ods, dwd=dwd,
-        dwd_mapping=mapping, timeout=options.timeout, wait_for_lane=options.wait_for_lane,
-        unsafe_gaps=options.unsafe_gaps, api_timeout=api_timeout,
-        connect_timeout=min(api_timeout, config.number("api.connect_timeout", float, minimum=0.1, maximum=600.0)),
-        retry=retry, max_transport_failures=config.number("lane.max_transport_failures", int, minimum=1, maximum=1000),
-        max_active_stores=config.number("lane.max_active_stores", int, minimum=1, maximum=64),
-        detail_max_attempts=config.number("detail.max_attempts", int, minimum=1, maximum=1000),
-    )
+        dwd = DwdPlan(tuple(options.dwd_tables) or None, settings.dwd.parallel_workers, options.dwd_full)
+    return PlanInputs(connector=connector, settings=settings, lanes=lanes, windows=windows, load_ods=load_ods,
+                      dwd=dwd, dwd_mapping=mapping, timeout=options.timeout, wait_for_lane=options.wait_for_lane,
+                      unsafe_gaps=options.unsafe_gaps)
 
 
-def window_settings(config: AppConfig, start: str | None, end: str | None, now: datetime | None = None) -> WindowSettings:
+def window_settings(settings: Settings, start: str | None, end: str | None,
+                    now: datetime | None = None) -> WindowSettings:
     """``--window-start/--window-end`` and the ``window.*`` settings. Raises :class:`ConfigError`."""
-    segment = config.number("window.segment_days", float, minimum=1 / 24, maximum=31)
-    lookback = config.number("window.lookback_hours", float, minimum=0, maximum=24 * 366)
-    initial = config.number("window.initial_days", float, minimum=0, maximum=3660)
     explicit = None
     if start or end:
         if not (start and end):
@@ -167,33 +166,34 @@ def window_settings(config: AppConfig, start: str | None, end: str | None, now: 
         latest = (now or local_now()) + timedelta(days=366)
         if explicit.start < EARLIEST_WINDOW or explicit.end > latest:
             raise ConfigError(f"bad window: it must lie between {fmt(EARLIEST_WINDOW)} and a year from now")
-    return WindowSettings(explicit=explicit, segment=timedelta(days=segment), lookback=timedelta(hours=lookback),
-                          initial=timedelta(days=initial), now=now)
+    w = settings.window
+    return WindowSettings(explicit=explicit, segment=timedelta(days=w.segment_days),
+                          lookback=timedelta(hours=w.lookback_hours), initial=timedelta(days=w.initial_days), now=now)
 
 
-def _lanes(options: RunOptions, environ: Mapping[str, str], connector: Connector, config: AppConfig,
-           specs: tuple[OdsTaskSpec, ...], load_ods: bool) -> tuple[LaneInput, ...]:
-    if options.fleet_path:
+def _lanes(options: RunOptions, connector: Connector, settings: Settings, specs: tuple[OdsTaskSpec, ...],
+           fleet: FleetModel | None) -> tuple[LaneInput, ...]:
+    if fleet is not None:
         if options.site_ids:  # whether or not a single token is set too
             raise ConfigError("--fleet and --site-id exclude each other (put the store in the fleet file, or pick "
                               "stores of it with --stores)")
-        return _fleet_lanes(options, environ, connector, config, specs)
+        return _fleet_lanes(options, connector, settings, specs, fleet)
     if options.lanes or options.stores:
         raise ConfigError("--lanes and --stores filter a --fleet file")
-    base = _api_base(options.api_base)
-    if not options.token:
+    base = _api_base(settings.api_base)
+    token = reveal(settings.api_token)
+    if not token:
         raise ConfigError(f"no API token: set {TOKEN_ENV} or pass --token")
     if not options.site_ids:
         raise ConfigError("at least one --site-id is required")
     stores = tuple(StorePlan(_site(s)) for s in dict.fromkeys(options.site_ids))
-    return (_lane(DEFAULT_LANE, Secret(options.token), TOKEN_ENV, base, stores, specs, connector, config,
-                  options.unsafe_gaps),)
+    configs = _configs(DEFAULT_LANE, settings, specs, connector, options.unsafe_gaps)
+    return (LaneInput(DEFAULT_LANE, Secret(token), TOKEN_ENV, base, stores, specs, configs, settings),)
 
 
-def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Connector, config: AppConfig,
-                 specs: tuple[OdsTaskSpec, ...]) -> tuple[LaneInput, ...]:
+def _fleet_lanes(options: RunOptions, connector: Connector, settings: Settings, specs: tuple[OdsTaskSpec, ...],
+                 fleet: FleetModel) -> tuple[LaneInput, ...]:
     try:
-        fleet = load_fleet(options.fleet_path)
         chosen = [lane for lane in fleet.lanes if not options.lanes or lane.name in options.lanes]
         unknown = set(options.lanes) - {lane.name for lane in fleet.lanes}
         if unknown:
@@ -203,6 +203,7 @@ def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Con
         missing = set(options.stores) - known_sites
         if missing:
             raise ConfigError(f"--stores: store {sorted(missing)[0]} is in no selected lane of {options.fleet_path}")
+        environ = os.environ if options.environ is None else options.environ
         tokens = resolve_tokens(fleet.__class__(api_base=fleet.api_base, lanes=chosen), environ, options.fleet_path)
         seen: dict[str, Any] = {}
         for lane in chosen:  # the upstream bans a token, not a lane: one token must be one serial lane
@@ -219,7 +220,6 @@ def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Con
                        if not options.stores or s.site_id in options.stores)
         if not stores:
             continue
-        base = _api_base(lane.api_base or options.api_base or fleet.api_base, where=f"lane {lane.name}")
         lane_specs = specs
         if lane.tasks:
             try:
@@ -227,15 +227,17 @@ def _fleet_lanes(options: RunOptions, environ: Mapping[str, str], connector: Con
             except KeyError as exc:
                 raise ConfigError(f"{options.fleet_path}: lane {lane.name}: {exc.args[0]}") from None
         try:
-            lane_config = config.layered(_lane_keys(lane.pipeline, options.fleet_path, lane.name),
-                                         f"fleet lane {lane.name}")
-            out.append(_lane(lane.name, Secret(tokens[lane.name]), lane.token_env, base, stores, lane_specs,
-                             connector, lane_config, options.unsafe_gaps))
+            lane_settings = settings.for_lane(lane.name, _lane_keys(lane.pipeline, options.fleet_path, lane.name),
+                                              lane.api_base)
+            configs = _configs(lane.name, lane_settings, lane_specs, connector, options.unsafe_gaps)
         except ConfigError as exc:
             if not lane.pipeline or str(exc).startswith(str(options.fleet_path)):
                 raise
             index = fleet.lanes.index(lane)
             raise ConfigError(f"{options.fleet_path}: lanes[{index}] ({lane.name}).pipeline: {exc}") from None
+        base = _api_base(lane_settings.api_base, where=f"lane {lane.name}")
+        out.append(LaneInput(lane.name, Secret(tokens[lane.name]), lane.token_env, base, stores, lane_specs, configs,
+                             lane_settings))
     if not out:
         raise ConfigError("--lanes/--stores selected no store")
     return tuple(out)
@@ -252,42 +254,33 @@ def _lane_keys(pipeline: Mapping[str, Any], path: str | None, lane: str) -> dict
     return keys
 
 
-def _lane(name: str, token: Secret, token_source: str, base: str, stores: tuple[StorePlan, ...],
-          specs: tuple[OdsTaskSpec, ...], connector: Connector, config: AppConfig, unsafe: bool) -> LaneInput:
+def _configs(lane: str, settings: Settings, specs: tuple[OdsTaskSpec, ...], connector: Connector,
+             unsafe: bool) -> dict[str, PipelineConfig]:
+    """Each task's pipeline settings; a gap below the upstream's minimum is refused unless ``unsafe``."""
     configs = {}
     for spec in specs:
-        cfg = config.pipeline_config(spec.code, spec.pipeline)
-        unsafe_gap = gap_below_minimum(config, spec, connector, name)
+        configs[spec.code] = settings.pipeline_config(spec.code)
+        unsafe_gap = gap_below_minimum(settings, spec, connector, lane)
         if unsafe_gap and not unsafe:
             raise ConfigError(f"{unsafe_gap[1]}; raise it, or pass --unsafe-gaps on purpose (e.g. against a "
                               "simulator started with tiny gaps)")
-        configs[spec.code] = cfg
-    return LaneInput(name, token, token_source, base, stores, specs, configs, config)
+    return configs
 
 
-def gap_below_minimum(config: AppConfig, spec: OdsTaskSpec, connector: Connector,
+def gap_below_minimum(settings: Settings, spec: OdsTaskSpec, connector: Connector,
                       lane: str = DEFAULT_LANE) -> tuple[str, str] | None:
     """``(key, sentence)`` when the task's effective ``rate_min`` (s) is below the upstream's minimum gap for
     its gap class (docs/upstream-api.md §2.2): the key that set it and why ``run``/``plan`` refuse it without
-    ``--unsafe-gaps``; None when it is safe. Raises :class:`ConfigError` for a bad pipeline value."""
-    rate_min = config.pipeline_config(spec.code, spec.pipeline).rate_min
+    ``--unsafe-gaps``; None when it is safe."""
+    rate_min, key, source = settings.resolve(spec.code, "rate_min")
     minimum = connector.min_gap(spec.gap_class)
     if rate_min >= minimum:
         return None
-    key, source = _rate_source(config, spec)
+    if source == "connector":
+        key = f"connector {spec.code}.pipeline.rate_min"
     where = "" if lane == DEFAULT_LANE or f"lane {lane}" in source else f" (lane {lane})"
     return key, (f"{key} = {rate_min:g} s ({source}){where} is below the upstream's minimum gap of {minimum:g} s "
                  f"for {spec.gap_class} endpoints such as {spec.code} (docs/upstream-api.md §2.2)")
-
-
-def _rate_source(config: AppConfig, spec: OdsTaskSpec) -> tuple[str, str]:
-    """Which key set a task's ``rate_min`` (same precedence as ``PipelineConfig.from_app_config``)."""
-    task_key = f"pipeline.{spec.code.lower()}.rate_min"
-    if config.explicit(task_key):
-        return task_key, config.source(task_key)
-    if "rate_min" in spec.pipeline:
-        return f"connector {spec.code}.pipeline.rate_min", "connector"
-    return "pipeline.rate_min", config.source("pipeline.rate_min")
 
 
 def _api_base(base: str | None, where: str = "") -> str:

@@ -8,12 +8,12 @@ its ``repr``/``str`` and every ``to_dict`` show only a fingerprint.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from feiqiu_etl.api.client import RetryPolicy
+from feiqiu_etl.config.settings import fingerprint
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
@@ -28,7 +28,7 @@ class Secret:
 
     def fingerprint(self) -> str:
         """First 12 hex digits of SHA-256: stable, short, and useless for calling the API."""
-        return hashlib.sha256(self.value.encode("utf-8")).hexdigest()[:12]
+        return fingerprint(self.value)
 
     def __str__(self) -> str:
         return "***"
