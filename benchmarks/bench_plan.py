@@ -7,12 +7,12 @@ control off: only lane time matters here, not the upstream's floor). Prints, per
 
 * requests estimated by the plan (``basis=contract``) and — for comparison — by the catalog alone (one page per
   window segment or snapshot, details unknown: the behaviour before), against the requests sent;
-* the live ETA: at 25 %, 50 % and 75 % of the run's wall time, the end it predicted (elapsed + ``eta_s`` of the
-  run's live status, whose remaining requests come from each running task's ``live_estimate``: page 1's
-  ``total``) against the actual end.
+* the live ETA: at 25 %, 50 % and 75 % of the run's wall time, the end it predicted (elapsed + ``eta_s`` of
+  ``FlowRunner.statistics()``, whose remaining requests come from each running task's ``live_estimate``: page
+  1's ``total``) against the actual end.
 
-Usage: python benchmarks/bench_plan.py [--tokens 3] [--days 7] [--gap 0.003] [--output FILE]
-(starts its own PostgreSQL; about a minute per store on 2 cores)
+Usage: python benchmarks/bench_plan.py [--tokens 3] [--days 7] [--gap 0.02] [--output FILE]
+(starts its own PostgreSQL; about 30 s per store on 2 cores)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.flowcli import plan_run, prepare_inputs
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.plan import RunOptions, build_plan
-from feiqiu_etl.runner import FlowRunner
+from feiqiu_etl.runner import FlowRunner, RunnerWiring
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
 ANCHOR = datetime(2024, 3, 4)
@@ -51,7 +51,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=3, help="lanes, one medium store each (default 3)")
     parser.add_argument("--days", type=int, default=7, help="first load, days (default 7)")
-    parser.add_argument("--gap", type=float, default=0.003, help="the lanes' gap, s (default 0.003)")
+    parser.add_argument("--gap", type=float, default=0.02, help="the lanes' gap, s (default 0.02: gaps, not the
+                        "machine, dominate a request's lane time, as in production)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     sites = [FIRST_SITE + i for i in range(args.tokens)]
@@ -80,7 +81,7 @@ def main() -> None:
         with psycopg.connect(dsn) as conn:
             plan = plan_run(inputs, conn, now=ANCHOR)
         catalog = catalog_estimate(inputs, ANCHOR)
-        runner = FlowRunner(plan, dsn, cancel_token=CancellationToken(), heartbeat=0.5)
+        runner = FlowRunner(plan, dsn, cancel_token=CancellationToken(), wiring=RunnerWiring(heartbeat=0.5))
         samples: list[tuple[float, float]] = []  # (elapsed, predicted end)
         done = threading.Event()
 
@@ -88,12 +89,12 @@ def main() -> None:
             t0 = time.monotonic()
             while not done.wait(0.25):
                 try:
-                    snap = runner.snapshot()
+                    snap = runner.statistics()
                 except Exception:  # noqa: BLE001 - not started yet
                     continue
-                if snap.get("phase") == "ods" and snap["requests_sent"]:
+                if snap.phase == "ods" and snap.requests_sent:
                     elapsed = time.monotonic() - t0
-                    samples.append((elapsed, elapsed + snap["eta_s"]))
+                    samples.append((elapsed, elapsed + snap.eta_s))
 
         watcher = threading.Thread(target=sample, daemon=True)
         began = time.monotonic()
