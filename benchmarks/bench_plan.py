@@ -51,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=3, help="lanes, one medium store each (default 3)")
     parser.add_argument("--days", type=int, default=7, help="first load, days (default 7)")
-    parser.add_argument("--gap", type=float, default=0.02, help="the lanes' gap, s (default 0.02: gaps, not the
+    parser.add_argument("--gap", type=float, default=0.02, help="the lanes' gap, s (default 0.02: gaps, not the "
                         "machine, dominate a request's lane time, as in production)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
