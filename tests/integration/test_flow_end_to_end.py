@@ -36,7 +36,7 @@ def test_full_flow_loads_exactly_the_simulated_records_then_rerun_changes_nothin
     assert big, "the simulator should produce ids above 2^53"
 
     sim.clear_log()
-    second = run_flow(sim, pg_dsn, overrides={"detail.recheck_share": 0.02})  # the default share
+    second = run_flow(sim, pg_dsn, overrides={"detail.recheck_share": 0.02})  # twice the default share
     assert second.status == "SUCCESS"
     for t in second.tasks:
         r = t.result

@@ -128,7 +128,7 @@ class LaneSection(_Section):
 class DetailSection(_Section):
     max_attempts: int = Field(5, ge=1, le=1000, description="runs that may fail on an owed detail before it is "
                                                              "given up")
-    recheck_share: float = Field(0.02, ge=0, le=0.5, description="share of a lane's requests spent re-fetching the "
+    recheck_share: float = Field(0.01, ge=0, le=0.5, description="share of a lane's requests spent re-fetching the "
                                                                   "details checked longest ago, rounded down per task "
                                                                   "(the rest carried to its next run; 0 = off)")
 
