@@ -133,17 +133,21 @@ def test_without_a_deadline_nothing_changes():
 
 def test_the_plan_says_what_fits_and_what_is_left(monkeypatch):
     monkeypatch.setattr("feiqiu_etl.deadline.display_zone", lambda: UTC8)  # the display zone: one function
-    plan = build_plan(_inputs("06:00"), now=NOW, started=START)  # 4.5 h until 06:00 at +08:00
+    small = _inputs("06:00", tasks=("ODS_PAYMENT", "ODS_GOODS"), **{"window.initial_days": 1})
+    plan = build_plan(small, now=NOW, started=START)  # 4.5 h until 06:00 at +08:00 for a few pages
     fit = plan.lanes[0].fit
-    assert fit.available == pytest.approx(4.5 * 3600) and fit.fits and not fit.narrowed
-    tight = build_plan(_inputs("40s"), now=NOW, started=START).lanes[0].fit
-    assert not tight.fits and tight.pace == 0.0 and tight.seconds_narrowest < tight.seconds
-    last = tight.stores[-1]
-    assert any(item.startswith("history ") for item in last.left)
-    text = "\n".join(tight.lines("default", "40s"))
-    assert "left for the next night" in text and "narrowest safe gaps (groupbuy 8.8 s, standard 3.3 s)" in text
+    assert fit.available == pytest.approx(4.5 * 3600) and fit.fits and not fit.narrowed and fit.pace == 1.0
     data = plan.lanes[0].to_dict()["deadline"]
-    assert data["text"] == "06:00" and data["fit"]["fits"] is True and data["summary"]
+    assert data["text"] == "06:00" and data["fit"]["fits"] is True and "it fits" in data["summary"][0]
+    # a first load of 90 days (contract volumes: thousands of details) by 06:00: narrowed, and still too much
+    tight = build_plan(_inputs("06:00"), now=NOW, started=START).lanes[0].fit
+    assert not tight.fits and tight.pace == 0.0 and tight.seconds_narrowest < tight.seconds
+    first, last = tight.stores
+    assert first.done_at < last.done_at or first.left != last.left or first.left
+    assert any(item.startswith("history ") for item in last.left)
+    assert not any(item.startswith("recent data") for s in tight.stores for item in s.left)  # yesterday fits
+    text = "\n".join(tight.lines("default", "06:00"))
+    assert "left for the next night" in text and "narrowest safe gaps (groupbuy 8.8 s, standard 3.3 s)" in text
 
 
 def test_a_floor_the_token_learnt_binds_the_narrowest_gap():

@@ -81,8 +81,8 @@ def merge_parts(runs: list[TaskRun]) -> TaskRun:
         owed_details=max(0, sum(r.owed_details for r in runs) - sum(r.deferred_details for r in runs)),
         details_given_up=[p for r in runs for p in r.details_given_up],
         skipped=None if ran else first.skipped,
-        recheck={"budget": sum(r["budget"] for r in recheck), "used": sum(r["used"] for r in recheck)}
-        if recheck else None,
+        recheck={"budget": sum(r["budget"] for r in recheck), "used": sum(r["used"] for r in recheck),
+                 "credit": max(float(r.get("credit") or 0.0) for r in recheck)} if recheck else None,
         schema_drift=[d for r in runs for d in r.schema_drift])
 
 
