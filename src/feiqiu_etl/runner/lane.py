@@ -287,9 +287,13 @@ class LaneRunner:
             if closed:
                 continue
             st = cur.statistics() if cur is not None else None
+            running = st if st is not None and st.state != "starting" else None
+            scale = _contract_scale(store.schedule, finished, cur.task if cur is not None else None, running)
             for phase, task in store.schedule[len(finished):]:
-                if st is not None and task is cur.task and st.state != "starting":
-                    left = st.requests_remaining
+                if running is not None and task is cur.task:
+                    left = running.requests_remaining
+                elif task.estimate.basis == "contract" and scale is not None:
+                    left = max(_least_requests(task), round(task.estimate.requests * scale))
                 else:
                     left = task.estimate.requests
                 work.append(Work(task.site_id, task.code, phase, left, task.config.gap,
@@ -374,6 +378,31 @@ class LaneRunner:
             tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
             pace=None if self.pace is None else round(factor, 3))
+
+
+def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,
+                    running: TaskStatistics | None) -> float | None:
+    """How this store compares with the contract's documented volumes: the requests its tasks planned from the
+    contract (``basis`` ``contract``: no history) really needed — those finished, and the one running once its
+    first pages told (``requests`` + ``requests_remaining``) — over what the plan expected of them. None before
+    one of them ran. The live ETA scales the contract estimates of the store's tasks not started yet by it (a
+    store is smaller or bigger than the contract's lower bound in all its lists alike, more or less)."""
+    planned = needed = 0
+    for (_, task), run in zip(schedule, finished):
+        if task.estimate.basis == "contract" and run.skipped is None and run.status in ("SUCCESS", "PARTIAL"):
+            planned += task.estimate.requests
+            needed += run.result.total_requests
+    if current is not None and running is not None and current.estimate.basis == "contract" and running.requests:
+        planned += current.estimate.requests
+        needed += running.requests + running.requests_remaining
+    return needed / planned if planned > 0 else None
+
+
+def _least_requests(task: TaskPlan) -> int:
+    """A part that lists sends at least one page per window (or its snapshot's one); an owed part may send none."""
+    if task.phase == "owed":
+        return 0
+    return max(1, len(task.windows)) if task.spec.kind == "windowed" else 1
 
 
 def _tasks_done(schedule: tuple[tuple[str, TaskPlan], ...], finished: int) -> int:
