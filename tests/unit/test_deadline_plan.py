@@ -124,6 +124,18 @@ def test_a_lane_with_a_deadline_runs_its_tasks_in_parts_recent_owed_history():
     assert covered[0].start == NOW - timedelta(days=90) and all(a.end == b.start for a, b in zip(covered, covered[1:]))
 
 
+def test_a_snapshot_defers_its_details_on_its_first_load_only_and_two_stores_take_turns():
+    entry = {"task": "ODS_MEMBER", "site_id": 11, "status": "SUCCESS", "total_requests": 60, "total_fetched": 2050,
+             "detail_fetched": 0, "detail_success": 50, "detail_failure": 0, "owed_details": 0}
+    plan = build_plan(_inputs(sites=(11, 12, 13)), PlanHistory({("ODS_MEMBER", 11): TaskHistory(runs=(entry,))}),
+                      now=NOW, started=START)
+    lane = plan.lanes[0]
+    assert not lane.tasks_of(11)[0].parts[0].defers_details  # a night: the changed members' details come with it
+    assert lane.tasks_of(12)[0].parts[0].defers_details  # a first load: 2,000 new members, owed for later
+    assert lane.max_active_stores == 8 and lane.active_stores == 2
+    assert build_plan(_inputs(None), now=NOW, started=START).lanes[0].active_stores == 8
+
+
 def test_without_a_deadline_nothing_changes():
     plan = build_plan(_inputs(None), now=NOW, started=START)
     lane = plan.lanes[0]

@@ -179,9 +179,9 @@ def _with_parts(lane: LanePlan, history: PlanHistory) -> LanePlan:
 
 
 def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan, ...]:
-    """The recent part (the snapshot's details moved to the owed part), the owed part (tasks with details: what
-    earlier runs owe, the re-checks and those details), one history part per older segment — each estimated on
-    its own windows (:func:`feiqiu_etl.plan.estimates.plan_estimate`)."""
+    """The recent part (on a first load the snapshot's details moved to the owed part), the owed part (tasks with
+    details: what earlier runs owe, the re-checks and those details), one history part per older segment — each
+    estimated on its own windows (:func:`feiqiu_etl.plan.estimates.plan_estimate`)."""
     spec, cfg = task.spec, task.config
 
     def estimate(windows: tuple[Window, ...]) -> Estimate:
@@ -189,7 +189,7 @@ def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan,
 
     recent_windows, history = task.windows[:task.recent_windows], task.windows[task.recent_windows:]
     recent = estimate(recent_windows)
-    deferred = recent.detail_requests if spec.is_snapshot and spec.detail is not None else 0
+    deferred = recent.detail_requests if replace(task, phase="recent").defers_details else 0
     per_request = cfg.gap.mean + latency
     parts = [replace(task, phase="recent", windows=recent_windows, owed_details=0, recheck_budget=0, parts=(),
                      estimate=replace(recent, detail_requests=recent.detail_requests - deferred,

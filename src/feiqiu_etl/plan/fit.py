@@ -10,7 +10,7 @@ owed details, history segments: :mod:`feiqiu_etl.plan.builder`) and the seconds 
   changes), 0 when even the narrowest safe gaps are not enough, in between the least narrowing that fits;
 * per store, when its work would end at that pace and **what is left for the next night**: the lane runs every
   store's recent data first, then the owed details, then history newest to oldest; inside a phase up to
-  ``max_active_stores`` stores take turns request by request (modelled as sharing the lane equally), so what is
+  ``active_stores`` (two) stores take turns request by request (modelled as sharing the lane equally), so what is
   cut first is the oldest history of the stores that come last.
 
 The same :func:`pace_for` is what the running lane recomputes from the work it has left (``runner/lane.py``).
@@ -193,14 +193,14 @@ def fit_lane(lane: "LanePlan", available: float) -> LaneFit:
 
 def _finish_times(lane: "LanePlan", work: list[Work], factor: float, overhead: float) -> dict[int, float]:
     """When each part ends (s after the lane starts): phase after phase, the stores of a phase taking equal turns,
-    at most ``max_active_stores`` at once, each store's parts one after another."""
+    at most ``active_stores`` at once, each store's parts one after another."""
     finish: dict[int, float] = {}
     t = 0.0
     phases = PHASES if lane.phased else ("all",)
     for phase in phases:
         queues = [[w for w in work if w.site_id == s.site_id and (w.phase == phase or not lane.phased)]
                   for s in lane.stores]
-        t = _share(queues, lane.max_active_stores, t, factor, overhead, finish)
+        t = _share(queues, lane.active_stores, t, factor, overhead, finish)
     return finish
 
 

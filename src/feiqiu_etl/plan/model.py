@@ -41,6 +41,11 @@ class Secret:
         return f"Secret(fingerprint={self.fingerprint()})"
 
 
+DEADLINE_ACTIVE_STORES = 2
+"""Stores of a lane with a deadline that take turns at once: two keep the lane busy while one is between tasks
+(its database steps), and stores finish one after another instead of eight at the same moment near the end."""
+
+
 @dataclass(frozen=True)
 class WindowSettings:
     """How windowed tasks choose their windows. ``explicit`` overrides the incremental plan; ``now`` is naive
@@ -83,10 +88,10 @@ class TaskPlan:
     rounded down); ``recheck_credit`` the fraction of a re-check left over, carried to the next run.
 
     A lane with a deadline runs each task in ``parts`` (:data:`feiqiu_etl.plan.fit.PHASES`), each a ``TaskPlan`` of
-    its own ``phase``: ``recent`` (the snapshot's pages — its details deferred to the owed part — or the newest
-    windows, ``windows[:recent_windows]`` of the whole task, with their details), ``owed`` (details owed by earlier
-    runs and deferred by the recent part, and the re-checks) and ``history`` (one older window segment each, newest
-    first). A task without parts runs whole (``phase`` ``all``).
+    its own ``phase``: ``recent`` (the snapshot — on its first load without its details, deferred to the owed part —
+    or the newest windows, ``windows[:recent_windows]`` of the whole task, with their details), ``owed`` (details owed
+    by earlier runs and deferred by the recent part, and the re-checks) and ``history`` (one older window segment
+    each, newest first). A task without parts runs whole (``phase`` ``all``).
     """
 
     spec: OdsTaskSpec
@@ -109,9 +114,10 @@ class TaskPlan:
 
     @property
     def defers_details(self) -> bool:
-        """The recent part of a snapshot with details: its parents' details are recorded as owed, not fetched
-        (the owed part fetches them after every store's recent data)."""
-        return self.phase == "recent" and self.spec.is_snapshot and self.spec.detail is not None
+        """The recent part of a snapshot with details on its first load: its parents' details (every parent is new:
+        thousands of requests) are recorded as owed, not fetched; the owed part fetches them after every store's
+        recent data. On later nights the few changed parents' details come with the snapshot."""
+        return self.phase == "recent" and self.spec.is_snapshot and self.spec.detail is not None and self.first_load
 
     def to_dict(self) -> dict[str, Any]:
         e = self.estimate
@@ -171,6 +177,14 @@ class LanePlan:
     @property
     def key(self) -> str:
         return f"{self.connector}:{self.token.fingerprint()}"
+
+    @property
+    def active_stores(self) -> int:
+        """How many stores take turns at once: ``max_active_stores``, at most :data:`DEADLINE_ACTIVE_STORES` with a
+        deadline (stores then finish one after another: a cut leaves the fewest of them unfinished)."""
+        if self.deadline is None:
+            return self.max_active_stores
+        return min(self.max_active_stores, DEADLINE_ACTIVE_STORES)
 
     @property
     def phased(self) -> bool:

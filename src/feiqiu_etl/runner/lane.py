@@ -113,7 +113,7 @@ class LaneRunner:
         try:
             for phase in (PHASES if self.plan.phased else ("all",)):
                 stores = [s for s in self._stores if any(p == phase for p, _ in s.schedule)]
-                workers = max(1, min(self.plan.max_active_stores, len(stores)))
+                workers = max(1, min(self.plan.active_stores, len(stores)))
                 if workers == 1:
                     for store in stores:
                         self._run_store(store, phase)
