@@ -232,9 +232,9 @@ def order_line(args, night: Night, entries: list[dict]) -> str:
     recent_by_store = {s: max((e["ended"] for e in entries if kind(e) == "recent" and e["site_id"] == s), default=None)
                        for s in args.sites}
     if not history:
-        return (f"  order: no history requested; every store's recent data by "
-                f"{max((t for t in recent_by_store.values() if t is not None), default=t0) - t0:.1f} s "
-                f"= {(max((t for t in recent_by_store.values() if t is not None), default=t0) - t0) / args.factor / 3600:.2f} h")
+        last = max((t for t in recent_by_store.values() if t is not None), default=t0) - t0
+        return (f"  order: no history requested; every store's recent data by {last:.1f} s = "
+                f"{last / args.factor / 3600:.2f} h")
     first_history = min(e["started"] for e in history)
     late = [s for s, t in recent_by_store.items() if t is None or t > first_history]
     return (f"  order: {len(history)} history page(s), the first at {(first_history - t0) / args.factor / 3600:.2f} h; "
@@ -320,6 +320,7 @@ def main() -> None:
     means = mean_gaps()
     profile = SCALE_PROFILES["medium"]
     f = args.factor
+    when = (deadline[0] + (" (night 2 only)" if args.seeded else " (both nights)")) if deadline else "none"
     head = [f"command: python benchmarks/bench_night.py {shlex.join(sys.argv[1:])}".rstrip(),
             f"time scale: every gap × {f:g}: the simulator's G {UPSTREAM['gap_standard'] * f:g} s / "
             f"{UPSTREAM['gap_groupbuy'] * f:g} s (group-buy), a ban of {UPSTREAM['ban_seconds'] * f:g} s after 3 "
@@ -334,9 +335,8 @@ def main() -> None:
             f"{fmt(args.anchor)}, seed {args.seed}, risk control on; then 24 h of trading "
             f"(POST /__sim/advance)",
             f"connector: its gap classes scaled too (standard {UPSTREAM['gap_standard'] * f:g} s, group-buy "
-            f"{UPSTREAM['gap_groupbuy'] * f:g} s), lane.safety_margin_seconds {SAFETY_MARGIN_SECONDS * f:g} s; extra run "
-            f"arguments: {args.run_arg or 'none'}; deadline: "
-            f"{(deadline[0] + (' (night 2 only)' if args.seeded else ' (both nights)')) if deadline else 'none'}; night 1 "
+            f"{UPSTREAM['gap_groupbuy'] * f:g} s), lane.safety_margin_seconds {SAFETY_MARGIN_SECONDS * f:g} s; "
+            f"extra run arguments: {args.run_arg or 'none'}; deadline: {when}; night 1 "
             f"{'is a seed: risk control off, no gaps' if args.seeded else 'at the gaps above'}", ""]
     print("\n".join(head), flush=True)
     env = {**os.environ, TOKEN_ENV: TOKEN}

@@ -181,8 +181,10 @@ def fit_lane(lane: "LanePlan", available: float) -> LaneFit:
     stores = []
     for store in lane.stores:
         mine = [(w, finish[id(w)]) for w in work if w.site_id == store.site_id]
-        requests = {p: sum(w.requests for w, _ in mine if w.phase == p) for p in PHASES}
-        requests = {p: n for p, n in requests.items() if n} or {"recent": 0}
+        requests: dict[str, int] = {}
+        for w, _ in mine:
+            requests[w.phase] = requests.get(w.phase, 0) + w.requests
+        requests = {p: n for p, n in requests.items() if n} or {"all": 0}
         left = tuple(_describe(w) for w, end in mine if end > available + 1e-6 and w.requests > 0)
         stores.append(StoreFit(store.site_id, store.name, requests, lane_seconds((w for w, _ in mine), 1.0, overhead),
                                lane_seconds((w for w, _ in mine), 0.0, overhead),
