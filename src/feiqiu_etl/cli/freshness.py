@@ -15,8 +15,7 @@ import sys
 import click
 
 from feiqiu_etl import exitcodes
-from feiqiu_etl.cli import _setup_logging, common_options, use_alerts
-from feiqiu_etl.commands.ops import _echo_json, dsn_option, json_option, warehouse
+from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts, warehouse
 from feiqiu_etl.flowcli import UsageFailure
 from feiqiu_etl.runs.freshness import DEFAULT_STALE_HOURS, Schedule
 
@@ -54,7 +53,7 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
               log_format) -> None:
     """How fresh the data of each store and task is (the web page's Freshness table). Exit 0, or with
     --fail-stale 8 when some scheduled store/task is older than --hours or never loaded."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     from feiqiu_etl.alerts import active, after_freshness
     from feiqiu_etl.connector import ConnectorError, load_connector
     from feiqiu_etl.runs.freshness import freshness_report
@@ -72,7 +71,7 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
         report = freshness_report(conn, connector.name, schedule, hours)
         report["alerts"] = after_freshness(conn, connector.name, report["rows"], hours, config) if config else []
     if as_json:
-        _echo_json(report)
+        echo_json(report)
     else:
         _render(report)
     if fail_stale and report["stale"]:
