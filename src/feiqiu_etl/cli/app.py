@@ -11,7 +11,7 @@ import click
 from feiqiu_etl.cli import alerts, config, freshness, ops, run, simulate, sql, tasks
 from feiqiu_etl.config import ConfigError, read_dotenv
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.flowcli import UsageFailure
+from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.textsafe import escape
 
 

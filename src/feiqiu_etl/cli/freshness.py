@@ -1,7 +1,7 @@
 """``feiqiu-etl freshness``: the web page's freshness table from a shell, with an exit code for monitors.
 
 Per store and task: the end of the newest finished window (or the last complete snapshot), its age, the
-owed details, and whether it is stale — by the one rule of :mod:`feiqiu_etl.runs.freshness`, judging only
+owed details, and whether it is stale — by the one rule of :mod:`feiqiu_etl.registry.freshness`, judging only
 the tasks each store is scheduled for (``--fleet``: each lane's ``tasks:``; else every task of the
 connector). ``--fail-stale`` exits 8 when a row is stale (0 otherwise), like dbt's ``source freshness``.
 When alerts are configured (``--alerts FILE``, ``FEIQIU_ALERTS``, ``FEIQIU_ALERT_URLS``) and the stale
@@ -16,8 +16,8 @@ import click
 
 from feiqiu_etl import exitcodes
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts, warehouse
-from feiqiu_etl.flowcli import UsageFailure
-from feiqiu_etl.runs.freshness import DEFAULT_STALE_HOURS, Schedule
+from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 
 
 def schedule_for(fleet_path: str | None, connector) -> Schedule:
@@ -27,7 +27,7 @@ def schedule_for(fleet_path: str | None, connector) -> Schedule:
     if not fleet_path:
         return Schedule.everything(codes)
     from feiqiu_etl.plan.fleet import FleetError
-    from feiqiu_etl.runs.freshness import schedule_from_fleet
+    from feiqiu_etl.registry.freshness import schedule_from_fleet
 
     try:
         return schedule_from_fleet(fleet_path, codes)
@@ -56,7 +56,7 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
     setup_logging(verbose, log_format)
     from feiqiu_etl.alerts import active, after_freshness
     from feiqiu_etl.connector import ConnectorError, load_connector
-    from feiqiu_etl.runs.freshness import freshness_report
+    from feiqiu_etl.registry.freshness import freshness_report
 
     try:
         connector = load_connector(connector_path)

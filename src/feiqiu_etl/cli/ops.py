@@ -10,8 +10,8 @@ import click
 import psycopg
 
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, setup_logging, warehouse
-from feiqiu_etl.flowcli import UsageFailure
-from feiqiu_etl.runs import registry
+from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl import registry
 from feiqiu_etl.textsafe import escape
 
 

@@ -17,8 +17,8 @@ from feiqiu_etl import logs
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
 from feiqiu_etl.config.settings import flags as setting_flags
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
-from feiqiu_etl.runs import registry
+from feiqiu_etl.runner.launch import UsageFailure, check_database, connector_for, database
+from feiqiu_etl import registry
 from feiqiu_etl.textsafe import escape, terminal_json
 
 
@@ -119,8 +119,8 @@ def settings(flags: dict[str, Any] | None = None) -> Settings:
 
 def redacted_args(params: dict[str, Any]) -> dict[str, Any]:
     """The command's parameters for the run record: the token never, a DSN without its password, the API
-    base without its secrets (:func:`feiqiu_etl.runs.registry.redact_args`)."""
-    from feiqiu_etl.runs.registry import redact_args
+    base without its secrets (:func:`feiqiu_etl.registry.redact_args`)."""
+    from feiqiu_etl.registry import redact_args
 
     return redact_args(params)
 
@@ -253,6 +253,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
     """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED. ``dsn`` is
     the ``--dsn`` flag (else ``$ETL_DB_DSN``, else the embedded server); ``demo`` opens the demo's database on
     the embedded server instead."""
+    from feiqiu_etl.alerts import sweep_and_alert
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.schema import ensure_schemas
@@ -266,7 +267,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
         try:
             with connector_for(timeout)(real_dsn) as conn:
                 ensure_schemas(conn)
-                registry.sweep_interrupted(conn, stale)
+                sweep_and_alert(conn, stale)
                 yield conn
         except psycopg.Error as exc:
             from feiqiu_etl.db.connection import scrub

@@ -9,7 +9,7 @@ import click
 
 from feiqiu_etl.cli.options import (collect_sets, common_options, emit, flag_options, layers, redacted_args,
                                     setup_logging, to_run_options, use_alerts, with_run_options)
-from feiqiu_etl.flowcli import database
+from feiqiu_etl.runner.launch import database
 from feiqiu_etl.textsafe import terminal_json
 
 
@@ -27,7 +27,7 @@ from feiqiu_etl.textsafe import terminal_json
 def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose, log_format, **p) -> None:
     """Run the flow: every lane (token) at once, each strictly serial, then DWD."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.flowcli import execute_flow
+    from feiqiu_etl.runner.launch import execute_flow
 
     options = to_run_options(p, timeout, wait_for_lane)
     use_alerts(alerts_path)
@@ -46,7 +46,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
 
     Reads the warehouse's history (finished windows, owed details, past runs); sends no request."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.flowcli import check_database, plan_run, prepare_inputs, connector_for
+    from feiqiu_etl.runner.launch import check_database, plan_run, prepare_inputs, connector_for
 
     from feiqiu_etl.config.settings import reveal
 

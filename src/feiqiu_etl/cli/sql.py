@@ -9,7 +9,7 @@ import click
 
 from feiqiu_etl.cli.options import settings
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.flowcli import UsageFailure, database
+from feiqiu_etl.runner.launch import UsageFailure, database
 from feiqiu_etl.textsafe import terminal_json
 
 

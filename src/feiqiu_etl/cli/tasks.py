@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from feiqiu_etl.flowcli import UsageFailure
+from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.textsafe import terminal_json
 
 

@@ -15,7 +15,7 @@ import socket
 import click
 
 from feiqiu_etl.cli.options import common_options, dsn_option, settings, setup_logging, warehouse
-from feiqiu_etl.flowcli import UsageFailure, database
+from feiqiu_etl.runner.launch import UsageFailure, database
 
 MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: it loads Starlette)
 

@@ -1,7 +1,7 @@
 """``FlowRunner``: executes one :class:`~feiqiu_etl.plan.model.RunPlan` — built once per run.
 
 Order: record the run (``etl_meta.run``, RUNNING) → take every lane's cross-process guard (a lane held by
-another process is refused, or waited for) → start :class:`~feiqiu_etl.runs.control.RunControl` (heartbeat,
+another process is refused, or waited for) → start :class:`~feiqiu_etl.registry.control.RunControl` (heartbeat,
 live status, remote cancel, stored log) → run all lanes at once, one thread each, every lane strictly
 serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
 (:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`). The caller prepares the database (DDL, :func:`prepare_database`) and
@@ -29,10 +29,10 @@ from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
 from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
 from feiqiu_etl.runner.results import FAILED, RunResult
-from feiqiu_etl.runs import registry
-from feiqiu_etl.runs.control import RunControl
-from feiqiu_etl.runs.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
-from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
+from feiqiu_etl import registry
+from feiqiu_etl.registry.control import RunControl
+from feiqiu_etl.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
+from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
@@ -70,8 +70,10 @@ def prepare_database(conn: psycopg.Connection, connector: Connector, *, stale_af
     """DDL for etl_meta and the connector's ODS tables, then mark vanished runs INTERRUPTED (returned)."""
     from feiqiu_etl.db.schema import ensure_ods_tables
 
+    from feiqiu_etl.alerts import sweep_and_alert
+
     ensure_ods_tables(conn, connector.tasks)
-    return registry.sweep_interrupted(conn, stale_after)
+    return sweep_and_alert(conn, stale_after)
 
 
 class FlowRunner:

@@ -161,7 +161,7 @@ def run_requests(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]:
 def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
     """Mark ``INTERRUPTED`` every ``RUNNING`` run whose process is gone: on this host, its pid is dead (or now
     belongs to another process); elsewhere, its heartbeat is older than ``stale_after`` seconds. Returns
-    the run ids marked, after alerting about them when alerts are configured (bounded, never raises)."""
+    the run ids marked (:func:`feiqiu_etl.alerts.sweep_and_alert` alerts about them: what commands call)."""
     rows = conn.execute(
         "SELECT run_id, host, pid, process_started, heartbeat_at, now() - coalesce(heartbeat_at, started_at) "
         "FROM etl_meta.run WHERE status = 'RUNNING'").fetchall()
@@ -183,10 +183,6 @@ def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> li
             if done.rowcount:  # not when another process marked it (or the run finished) meanwhile
                 marked.append(run_id)
     conn.commit()
-    if marked:  # alert once: only this sweep marked them (the UPDATE above is conditional)
-        from feiqiu_etl.alerts import after_sweep
-
-        after_sweep(conn, marked)
     return marked
 
 

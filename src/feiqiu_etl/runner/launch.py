@@ -215,7 +215,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
     Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
     from feiqiu_etl.runner import FlowRunner, RunnerWiring
-    from feiqiu_etl.runs.registry import Invocation
+    from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
@@ -261,7 +261,7 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
     orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration, no database or an
     unreachable one; returns the :class:`~feiqiu_etl.runner.RunResult`."""
     from feiqiu_etl.runner import FlowRunner, RunnerWiring
-    from feiqiu_etl.runs.registry import Invocation
+    from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     dsn = dsn or reveal(inputs.settings.db_dsn)

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import psycopg
 
-from feiqiu_etl.runs import registry
+from feiqiu_etl import registry
 
 DEFAULT_STALE_HOURS = 26.0
 """Default threshold (h): a nightly run plus two hours of slack."""

@@ -22,8 +22,8 @@ from psycopg import sql
 
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl.runs import registry
-from feiqiu_etl.runs.lane_guard import LaneGuard
+from feiqiu_etl import registry
+from feiqiu_etl.registry.lane_guard import LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 
 log = logging.getLogger("feiqiu_etl.control")
