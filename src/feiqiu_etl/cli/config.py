@@ -45,14 +45,14 @@ def config_show(as_json, verbose, log_format, **p) -> None:
 
         click.echo(terminal_json(rows))
         return
-    from feiqiu_etl.report import _compact, _console
+    from feiqiu_etl.report import compact_table, stdout_console
 
-    table = _compact()
+    table = compact_table()
     for col in ("key", "value", "source"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else r["value"], r["source"])
-    console = _console()
+    console = stdout_console()
     console.print(table)
     for note in notes:
         console.print(f"(!) {note}", style="yellow", overflow="fold", markup=False)

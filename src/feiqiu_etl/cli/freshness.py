@@ -81,16 +81,16 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
 def _render(report: dict) -> None:
     from rich.text import Text
 
-    from feiqiu_etl.report import _compact, _console
+    from feiqiu_etl.report import compact_table, stdout_console
     from feiqiu_etl.web.format import age, ts
 
-    console = _console()
+    console = stdout_console()
     rows = report["rows"]
     hours = report["stale_after_hours"]
     if not rows:
         console.print(f"connector {report['connector']}: nothing scheduled has been loaded yet")
         return
-    table = _compact()
+    table = compact_table()
     for col in ("store", "task", "kind", "fresh until", "age", "owed details"):
         table.add_column(col, no_wrap=True, justify="right" if col in ("age", "owed details") else "left")
     for r in rows:

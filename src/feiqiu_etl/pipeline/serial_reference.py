@@ -22,7 +22,7 @@ from typing import Any, Hashable, Iterable, Iterator
 from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult
 from feiqiu_etl.pipeline.unified_pipeline import (
-    FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, _describe, _safe_params,
+    FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, describe_error, safe_params,
 )
 
 
@@ -133,8 +133,8 @@ class _SerialRun:
         self.result.detail_failure += int(request.is_detail)
         self.request_streak += int(getattr(exc, "counts_as_failure", True))
         self._record("request", {
-            "endpoint": request.endpoint, "params": _safe_params(request.params),
-            "is_detail": request.is_detail, "error": _describe(exc),
+            "endpoint": request.endpoint, "params": safe_params(request.params),
+            "is_detail": request.is_detail, "error": describe_error(exc),
         })
         rows = list(self.on_failure(request, exc) or []) if self.on_failure is not None else []
         if rows:
@@ -149,8 +149,8 @@ class _SerialRun:
             out = self.process_fn(item)
         except Exception as exc:
             self._record("processing", {
-                "endpoint": item.request.endpoint, "params": _safe_params(item.request.params),
-                "error": _describe(exc),
+                "endpoint": item.request.endpoint, "params": safe_params(item.request.params),
+                "error": describe_error(exc),
             })
             return True
         finally:
@@ -176,7 +176,7 @@ class _SerialRun:
         try:
             result = self.write_fn(rows)
         except Exception as exc:
-            self._record("write", {"rows": len(rows), "error": _describe(exc)})
+            self._record("write", {"rows": len(rows), "error": describe_error(exc)})
             failed = True
         else:
             failed = result is not None and result.errors > 0
@@ -221,7 +221,7 @@ class _SerialRun:
         try:
             extra = self.on_scope(scope, ok)
         except Exception as exc:
-            self._record("write", {"scope": repr(scope), "error": _describe(exc)})
+            self._record("write", {"scope": repr(scope), "error": describe_error(exc)})
         else:
             if extra is not None:
                 self._add_counts(extra)
@@ -242,7 +242,7 @@ class _SerialRun:
         except StopIteration:
             return None
         except Exception as exc:
-            self._record("request", {"stage": "seed", "error": _describe(exc)})
+            self._record("request", {"stage": "seed", "error": describe_error(exc)})
             return None
 
     def _stopping(self) -> bool:

@@ -261,7 +261,7 @@ class _Run:
         except StopIteration:
             return None
         except Exception as exc:  # a broken request generator ends the seeds, recorded once
-            self._record("request", {"stage": "seed", "error": _describe(exc)})
+            self._record("request", {"stage": "seed", "error": describe_error(exc)})
             return None
         self.tracker.add(1, request.scope)
         if self.seeds_left is not None:
@@ -345,9 +345,9 @@ class _Run:
         error = {
             "stage": "request",
             "endpoint": request.endpoint,
-            "params": _safe_params(request.params),
+            "params": safe_params(request.params),
             "is_detail": request.is_detail,
-            "error": _describe(exc),
+            "error": describe_error(exc),
         }
         counts = getattr(exc, "counts_as_failure", True)
         with self.lock:
@@ -371,7 +371,7 @@ class _Run:
         try:
             rows = list(self.on_failure_fn(request, exc) or [])
         except Exception as hook_error:  # noqa: BLE001 - a broken hook is one more recorded failure
-            self._record("processing", {"endpoint": request.endpoint, "error": _describe(hook_error)})
+            self._record("processing", {"endpoint": request.endpoint, "error": describe_error(hook_error)})
             return
         if rows:
             self.tracker.add(len(rows), request.scope)
@@ -428,8 +428,8 @@ class _Run:
             failed = True
             self._record("processing", {
                 "endpoint": item.request.endpoint,
-                "params": _safe_params(item.request.params),
-                "error": _describe(exc),
+                "params": safe_params(item.request.params),
+                "error": describe_error(exc),
             })
         finally:
             self._release(item.seq, chunk)
@@ -454,7 +454,7 @@ class _Run:
     def _on_written(self, rows: list, scopes: list, result: WriteResult | None, error: Exception | None) -> None:
         failed = error is not None or (result is not None and result.errors > 0)
         if error is not None:
-            self._record("write", {"rows": len(rows), "error": _describe(error)})
+            self._record("write", {"rows": len(rows), "error": describe_error(error)})
         elif result is not None and result.errors:
             self._record("write", {"rows": len(rows), "error": f"{result.errors} row(s) rejected by write_fn"})
         with self.lock:
@@ -496,7 +496,7 @@ class _Run:
                     with self.lock:
                         self._add_write_counts(extra)
         except Exception as exc:
-            self._record("write", {"scope": repr(completion.scope), "error": _describe(exc)})
+            self._record("write", {"scope": repr(completion.scope), "error": describe_error(exc)})
         finally:
             self.tracker.done(1)
 
@@ -574,10 +574,12 @@ def _short_gil_switch() -> Iterator[None]:
 _SECRET_KEYS = ("token", "authorization", "password", "secret")
 
 
-def _safe_params(params: dict) -> dict:
+def safe_params(params: dict) -> dict:
+    """``params`` with the values of secret-looking keys (token, password, …) replaced by ``***``."""
     return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in (params or {}).items()}
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` (the type alone when the message is empty), as an error record stores it."""
     text = str(exc) or exc.__class__.__name__
     return f"{exc.__class__.__name__}: {text}" if str(exc) else text

@@ -1,6 +1,6 @@
 """``BaseOdsTask``: runs one planned ODS task for one store through a ``UnifiedPipeline`` (spec §3.5).
 
-The windows come from the plan (:class:`~feiqiu_etl.plan.model.TaskPlan`): half-open segments of at most
+The windows come from the plan (a :class:`PlannedTask`, e.g. the plan's ``TaskPlan``): half-open segments of at most
 31 days (upstream-api §1.2). ``execute()`` records the incremental horizon before any request (so that a
 segment that fails is still a gap for the next run), seeds page 1 of every segment (or of the snapshot)
 plus details still owed from earlier runs, and runs the pipeline with :class:`OdsProcessor` as
@@ -15,24 +15,54 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator, Protocol
 
 import psycopg
 
-from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
-from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
+from feiqiu_etl.connector.windows import Window, fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
-from feiqiu_etl.plan.model import TaskPlan
 from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
+
+
+class PlannedEstimate(Protocol):
+    @property
+    def requests(self) -> int:
+        """Requests the plan expects (list pages + details)."""
+
+
+class PlannedTask(Protocol):
+    """What an ODS task reads of its plan: the spec, the store, the effective pipeline settings, the window
+    segments, the incremental horizon, the estimate, whether it is a first load and how many details to re-check.
+    The plan's :class:`~feiqiu_etl.plan.model.TaskPlan` is one; the task package names what it needs instead of
+    importing the plan (the plan is built above the tasks)."""
+
+    @property
+    def spec(self) -> OdsTaskSpec: ...
+    @property
+    def site_id(self) -> int: ...
+    @property
+    def config(self) -> PipelineConfig: ...
+    @property
+    def windows(self) -> tuple[Window, ...]: ...
+    @property
+    def horizon(self) -> datetime | None: ...
+    @property
+    def estimate(self) -> PlannedEstimate: ...
+    @property
+    def first_load(self) -> bool: ...
+    @property
+    def recheck_budget(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -91,7 +121,7 @@ class TaskRun:
         }
 
     @classmethod
-    def not_run(cls, task: TaskPlan, reason: str, status: str, lane: str | None = None) -> "TaskRun":
+    def not_run(cls, task: PlannedTask, reason: str, status: str, lane: str | None = None) -> "TaskRun":
         """A planned task that never started (its store or lane stopped, or the run was cancelled)."""
         spec = task.spec
         result = PipelineResult(status=status, cancelled=status == "CANCELLED")
@@ -133,7 +163,7 @@ class BaseOdsTask:
     ``lane`` within ``context``; ``logger`` is the task's own (its lines go to the task's log block). The
     writer's connection is opened per ``execute``. :meth:`statistics` may be read from any thread."""
 
-    def __init__(self, task: TaskPlan, lane: LaneAccess, context: TaskContext, logger: logging.Logger):
+    def __init__(self, task: PlannedTask, lane: LaneAccess, context: TaskContext, logger: logging.Logger):
         self.task = task
         self.spec = task.spec
         self.lane = lane
