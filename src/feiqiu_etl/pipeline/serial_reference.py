@@ -8,7 +8,7 @@ field by field.
 
 It is the oracle of the equivalence property and the baseline of the benchmarks: keep it short and
 obviously correct, never clever or fast. It starts no threads. It inherits only the constructor wiring
-(transport, config, lane, token, logger, limiter) from ``UnifiedPipeline``; the counting is restated here
+(transport, config, scheduler, cancellation, logger, limiter) from ``UnifiedPipeline``; the counting is restated here
 on purpose, so that a mistake in the engine's cannot hide in the comparison. The final status rule is
 shared (``PipelineResult.finish``); Properties 8, 11 and 12 check it against their own expectations.
 """
@@ -39,7 +39,7 @@ class SerialReference(UnifiedPipeline):
         on_request_failed: FailureFn | None = None,
     ) -> PipelineResult:
         """Execute every request and everything it spawns, one after the other; see ``UnifiedPipeline.run``."""
-        if self.cancel_token.is_cancelled:
+        if self.cancellation.is_cancelled:
             return PipelineResult(status="CANCELLED", cancelled=True)
         run = _SerialRun(self, process_fn, write_fn, on_scope_complete)
         run.on_failure = on_request_failed
@@ -50,7 +50,7 @@ class _SerialRun:
     def __init__(self, owner: SerialReference, process_fn: ProcessFn, write_fn: WriteFn, on_scope: ScopeFn | None):
         self.owner = owner
         self.cfg = owner.config
-        self.token = owner.cancel_token
+        self.cancellation = owner.cancellation
         self.process_fn = process_fn
         self.write_fn = write_fn
         self.on_scope = on_scope
@@ -124,7 +124,7 @@ class _SerialRun:
                         self.result.rate_limited += 1
                         self.result.banned_seconds += backoff.seconds if backoff.kind == "banned" else 0.0
                     raise
-            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait,
+            return self.owner.scheduler.send(attempt, self.owner.rate_limiter, self.cancellation.event, min_wait=min_wait,
                                         gap_class=request.gap_class, tenant=self.owner.tenant)
 
         return send
@@ -246,7 +246,7 @@ class _SerialRun:
             return None
 
     def _stopping(self) -> bool:
-        return self.token.is_cancelled or self.aborted
+        return self.cancellation.is_cancelled or self.aborted
 
     def _record(self, stage: str, error: dict[str, Any]) -> None:
         counter = {"request": "request_failures", "processing": "processing_failures"}.get(stage, "write_failures")
@@ -255,5 +255,5 @@ class _SerialRun:
         self.owner.logger.warning("%s failure: %s", stage, error.get("error"))
 
     def _finish(self, started: float) -> PipelineResult:
-        return self.result.finish(aborted=self.aborted, cancelled=self.token.is_cancelled, timing=self.timing,
+        return self.result.finish(aborted=self.aborted, cancelled=self.cancellation.is_cancelled, timing=self.timing,
                                   elapsed=time.monotonic() - started)

@@ -59,8 +59,8 @@ class UnifiedPipeline:
 
     ``transport(request, send)`` performs one logical request, calling ``send(fn, min_wait=...)`` for
     every attempt so each attempt waits its gap in the lane; it returns the parsed response, raises
-    ``AbortPipeline`` to fail the run, or any other exception for a failed request. ``lane`` is the
-    flow's shared :class:`RequestScheduler`; this pipeline's gaps come from ``config.rate_min/max``.
+    ``AbortPipeline`` to fail the run, or any other exception for a failed request. ``scheduler`` is the
+    lane's :class:`RequestScheduler`; this pipeline's gaps come from ``config.rate_min/max``.
     """
 
     def __init__(
@@ -68,8 +68,8 @@ class UnifiedPipeline:
         transport: Transport,
         config: PipelineConfig,
         *,
-        lane: RequestScheduler | None = None,
-        cancel_token: CancellationToken | None = None,
+        scheduler: RequestScheduler | None = None,
+        cancellation: CancellationToken | None = None,
         logger: logging.Logger | None = None,
         rate_limiter: RateLimiter | None = None,
         tenant: Hashable | None = None,
@@ -79,10 +79,10 @@ class UnifiedPipeline:
         is granted round-robin between tenants. ``abortable`` lets a cancel abort the request in flight."""
         self.transport = transport
         self.config = config
-        self.lane = lane or RequestScheduler()
-        self.cancel_token = cancel_token or CancellationToken()
+        self.scheduler = scheduler or RequestScheduler()
+        self.cancellation = cancellation or CancellationToken()
         self.logger = logger or logging.getLogger(__name__)
-        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap, clock=self.lane.clock)
+        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap, clock=self.scheduler.clock)
         self.tenant = tenant
         self.abortable = abortable
         self._run: _Run | None = None
@@ -104,7 +104,7 @@ class UnifiedPipeline:
         detail); they go through the writer like any rows. Returns the statistics; status is FAILED
         (aborted) > CANCELLED > PARTIAL (some failure) > SUCCESS.
         """
-        if self.cancel_token.is_cancelled:
+        if self.cancellation.is_cancelled:
             return PipelineResult(status="CANCELLED", cancelled=True)
         run = _Run(self, process_fn, write_fn, on_scope_complete, on_request_failed)
         self._run = run
@@ -117,13 +117,13 @@ class UnifiedPipeline:
     def statistics(self) -> "PipelineStatistics":
         """Live snapshot: queue depths, outstanding work, counts so far, lane state (progress, status, tests)."""
         run = self._run
-        lane = self.lane.statistics()
+        scheduler = self.scheduler.statistics()
         if run is None:
-            return PipelineStatistics(running=False, lane=lane, rate_limiter=self.rate_limiter.statistics())
+            return PipelineStatistics(running=False, scheduler=scheduler, rate_limiter=self.rate_limiter.statistics())
         with run.lock:
             r = run.result
             return PipelineStatistics(
-                running=True, lane=lane, rate_limiter=self.rate_limiter.statistics(),
+                running=True, scheduler=scheduler, rate_limiter=self.rate_limiter.statistics(),
                 outstanding=run.tracker.outstanding, frontier=len(run.frontier),
                 processing_queue=run.processing_q.qsize(), write_queue=run.write_q.qsize(),
                 busy_workers=run.busy_workers, requests=r.total_requests, attempts=r.attempts,
@@ -146,7 +146,7 @@ class PipelineStatistics:
     """
 
     running: bool
-    lane: SchedulerStatistics
+    scheduler: SchedulerStatistics
     rate_limiter: RateLimiterStatistics
     outstanding: int = 0
     frontier: int = 0
@@ -176,7 +176,7 @@ class _Run:
         self.started = time.monotonic()
         self.seeds_left: int | None = None
         self.cfg = owner.config
-        self.token = owner.cancel_token
+        self.cancellation = owner.cancellation
         self.log = owner.logger
         self.process_fn = process_fn
         self.write_fn = write_fn
@@ -287,7 +287,7 @@ class _Run:
                 except Exception as exc:
                     self._note_backoff(request, exc)
                     raise
-            return owner.lane.send(attempt, owner.rate_limiter, self.token.event, min_wait=min_wait,
+            return owner.scheduler.send(attempt, owner.rate_limiter, self.cancellation.event, min_wait=min_wait,
                                    gap_class=request.gap_class, tenant=owner.tenant, label=label,
                                    abortable=owner.abortable)
 
@@ -515,7 +515,7 @@ class _Run:
         return busy == 0 and self.processing_q.empty()
 
     def _stopping(self) -> bool:
-        return self.token.is_cancelled or self.aborted
+        return self.cancellation.is_cancelled or self.aborted
 
     def _abort(self, reason: str) -> None:
         with self.lock:
@@ -539,7 +539,7 @@ class _Run:
 
     def _finish(self, started: float) -> PipelineResult:
         self.timing["write"] = self.writer.seconds_writing
-        return self.result.finish(aborted=self.aborted, cancelled=self.token.is_cancelled, timing=self.timing,
+        return self.result.finish(aborted=self.aborted, cancelled=self.cancellation.is_cancelled, timing=self.timing,
                                   elapsed=time.monotonic() - started)
 
 

@@ -67,15 +67,15 @@ def on_hard_abort(fn: Callable[[], None]):
 
 
 @contextlib.contextmanager
-def signals_cancel(token: CancellationToken) -> Iterator[None]:
-    """First SIGINT/SIGTERM → ``token.cancel()`` (graceful); a second one aborts at once (exit 130), after
+def signals_cancel(cancellation: CancellationToken) -> Iterator[None]:
+    """First SIGINT/SIGTERM → ``cancellation.cancel()`` (graceful); a second one aborts at once (exit 130), after
     running the hard-abort cleanups (the embedded server is stopped; nothing is left running)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if token.is_cancelled:
+        if cancellation.is_cancelled:
             os.write(2, b"\nsecond signal: aborting now\n")
             logging.disable(logging.CRITICAL)  # no "database not answering" from threads as our server stops
             for cleanup in list(_HARD_ABORT):
@@ -86,7 +86,7 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
         # moved the cursor behind it and left two stale display lines), and --log-format json stays JSON.
         logging.getLogger("feiqiu_etl").warning("cancelling: no new requests; writing what was fetched "
                                                 "(signal again to abort)")
-        token.cancel("signal")
+        cancellation.cancel("signal")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -158,7 +158,7 @@ def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
     return open_connection
 
 
-def check_database(dsn: str, token: CancellationToken | None = None, timeout: float = 10.0) -> None:
+def check_database(dsn: str, cancellation: CancellationToken | None = None, timeout: float = 10.0) -> None:
     """Connect once before any request, within ``timeout`` seconds and cancellable: an unreachable or silent
     database is a one-line error (exit 2); a cancel while connecting ends the command (exit 5)."""
     from feiqiu_etl.db.connection import connect, redact_dsn, scrub
@@ -176,7 +176,7 @@ def check_database(dsn: str, token: CancellationToken | None = None, timeout: fl
     worker.start()
     while worker.is_alive():
         worker.join(0.1)
-        if token is not None and token.is_cancelled and worker.is_alive():
+        if cancellation is not None and cancellation.is_cancelled and worker.is_alive():
             raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
     error = outcome.get("error")
     if error is not None:
@@ -220,12 +220,12 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout)
-    token = CancellationToken(timeout=options.timeout)
+    cancellation = CancellationToken(timeout=options.timeout)
     try:
-        with signals_cancel(token), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
-            if token.is_cancelled:
+        with signals_cancel(cancellation), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
+            if cancellation.is_cancelled:
                 raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
-            check_database(real_dsn, token, db_timeout)
+            check_database(real_dsn, cancellation, db_timeout)
             try:
                 with connect(real_dsn) as conn:
                     plan = plan_run(inputs, conn, now=options.now)
@@ -233,7 +233,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                 raise UsageFailure(f"cannot prepare the database: {_db_error(exc, real_dsn)}") from None
             wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable)
             runner = FlowRunner(plan, real_dsn, invocation=Invocation(command=command, args=args or {}),
-                                cancel_token=token, wiring=wiring)
+                                cancellation=cancellation, wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.settings.progress.heartbeat_seconds
@@ -243,7 +243,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 raise DatabaseLost(f"database unavailable: {_db_error(exc, real_dsn)}") from None
     finally:
-        token.dispose()
+        cancellation.dispose()
 
 
 def _db_error(exc: BaseException, dsn: str) -> str:
@@ -253,7 +253,7 @@ def _db_error(exc: BaseException, dsn: str) -> str:
     return scrub(one_line(exc, with_type=False), dsn)
 
 
-def execute_in_process(options, dsn: str | None = None, token: CancellationToken | None = None, *,
+def execute_in_process(options, dsn: str | None = None, cancellation: CancellationToken | None = None, *,
                        command: str = "run", args: dict | None = None, abortable: bool = True, client_factory=None,
                        heartbeat: float | None = None):
     """Run in this process against an existing database — ``dsn``, else the settings' ``db_dsn`` (``options.dsn``,
@@ -270,12 +270,12 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
                            "embedded server")
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout)
-    check_database(dsn, token, db_timeout)
+    check_database(dsn, cancellation, db_timeout)
     with connect(dsn) as conn:
         plan = plan_run(inputs, conn, now=options.now)
     kw = {"client_factory": client_factory} if client_factory is not None else {}
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
                           **kw)
-    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancel_token=token,
+    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancellation=cancellation,
                         wiring=wiring)
     return runner.run()

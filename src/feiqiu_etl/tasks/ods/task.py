@@ -138,7 +138,7 @@ class TaskContext:
 
     dsn: str
     run_id: str
-    cancel_token: CancellationToken
+    cancellation: CancellationToken
     conventions: ApiConventions = ApiConventions()
     detail_max_attempts: int = 5
     abortable: bool = False
@@ -186,7 +186,7 @@ class BaseOdsTask:
         st = pipeline.statistics() if pipeline is not None else None
         if st is None or not st.running:
             return TaskStatistics(**base, requests_remaining=self.task.estimate.requests)
-        known = st.frontier + (st.seeds_left or 0) + (1 if st.lane.in_flight else 0)
+        known = st.frontier + (st.seeds_left or 0) + (1 if st.scheduler.in_flight else 0)
         writer = st.writer
         return TaskStatistics(
             **base, state="running", requests=st.requests,
@@ -219,8 +219,8 @@ class BaseOdsTask:
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields)
-            pipeline = UnifiedPipeline(self.lane.transport, self.task.config, lane=self.lane.scheduler,
-                                       cancel_token=ctx.cancel_token, logger=self.logger, tenant=self.lane.tenant,
+            pipeline = UnifiedPipeline(self.lane.transport, self.task.config, scheduler=self.lane.scheduler,
+                                       cancellation=ctx.cancellation, logger=self.logger, tenant=self.lane.tenant,
                                        abortable=ctx.abortable)
             run_started = datetime.now(timezone.utc)
             note: dict[str, str] = {}
@@ -358,7 +358,7 @@ class BaseOdsTask:
             return None
         if scope[0] != "snapshot" or snapshot is None:
             return None
-        if self.ctx.cancel_token.is_cancelled:
+        if self.ctx.cancellation.is_cancelled:
             reason = "the run was cancelled"
         else:
             reason = ("a page or record failed" if not ok else None) or snapshot.incomplete_reason()
