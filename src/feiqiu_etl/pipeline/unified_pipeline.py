@@ -82,7 +82,7 @@ class UnifiedPipeline:
         self.scheduler = scheduler or RequestScheduler()
         self.cancellation = cancellation or CancellationToken()
         self.logger = logger or logging.getLogger(__name__)
-        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap, clock=self.scheduler.clock)
+        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap)
         self.tenant = tenant
         self.abortable = abortable
         self._run: _Run | None = None

@@ -35,7 +35,6 @@ RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
 else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
 database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
 STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "INTERRUPTED")
-FINISHED = STATUSES[1:]
 HOST = socket.gethostname()
 
 _LIST_COLUMNS = ("run_id, status, command, started_at, finished_at, heartbeat_at, host, pid, stores, tasks, lanes, "

@@ -107,7 +107,6 @@ class FlowRunner:
         self.control: RunControl | None = None
         self.guard: LaneGuard | None = None
         self._phase = "starting"
-        self._dwd_task = None
         self._lock = threading.Lock()
         self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
         self._sampled = float("-inf")
@@ -212,7 +211,6 @@ class FlowRunner:
             context = DwdLoadContext(logging.getLogger("feiqiu_etl.dwd"), self.cancellation.event, self.health)
             task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
                                full=dwd.full, context=context)
-            self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
             log.error("DWD load failed: %s", one_line(exc))
