@@ -2,7 +2,7 @@
 
 The windows come from the plan (a :class:`PlannedTask`, e.g. the plan's ``TaskPlan``): half-open segments of at most
 31 days (upstream-api §1.2). ``execute()`` records the incremental horizon before any request (so that a
-segment that fails is still a gap for the next run), seeds page 1 of every segment (or of the snapshot)
+segment that fails is still a hole for the next run), seeds page 1 of every segment (or of the snapshot)
 plus details still owed from earlier runs, and runs the pipeline with :class:`OdsProcessor` as
 ``process_fn`` and :class:`OdsWriter` as ``write_fn``. Scope completions checkpoint a segment (all its
 pages and details committed) or apply the snapshot soft delete (only after a provably complete snapshot,
@@ -267,7 +267,7 @@ class BaseOdsTask:
 
     # ----------------------------------------------------------------- planning leftovers (I/O)
     def _record_horizon(self, conn: psycopg.Connection) -> None:
-        """Record the incremental horizon before any request, so a failed first segment stays a gap."""
+        """Record the incremental horizon before any request, so a failed first segment stays a hole."""
         horizon = self.task.horizon
         if horizon is not None:
             conn.execute(
