@@ -297,6 +297,40 @@ def test_no_module_reaches_for_another_modules_private_names():
     assert _private_reaches(_graph(sources), sources) == []
 
 
+def _shadowed_submodules(package: str, package_source: str, submodules: set[str]) -> set[str]:
+    """Names the ``__init__`` of ``package`` binds (function, class, assignment, import) that are also the names
+    of its submodules — importing the submodule would replace the package's attribute — except the submodules
+    themselves (``from <package> import sub``, ``from . import sub``)."""
+    names = set()
+    for node in ast.parse(package_source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            itself = node.module == package or (node.level == 1 and node.module is None)
+            names.update(a.asname or a.name for a in node.names if not (itself and a.asname in (None, a.name)))
+    return names & submodules
+
+
+def test_no_package_attribute_is_shadowed_by_a_submodule():
+    """``registry.freshness`` was a function of the package and the name of its submodule ``freshness.py``: once
+    the submodule was imported, ``registry.freshness(...)`` called a module."""
+    offenders = {}
+    for init in ROOT.rglob("__init__.py"):
+        folder = init.parent
+        submodules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | \
+                     {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        clash = _shadowed_submodules(_module_name(init), init.read_text(encoding="utf-8"), submodules)
+        if clash:
+            offenders[str(init.relative_to(ROOT))] = sorted(clash)
+    assert offenders == {}
+    assert _shadowed_submodules("feiqiu_etl.registry",
+                                "def freshness(): pass\nfrom feiqiu_etl.x import y as lane_guard\n"
+                                "from feiqiu_etl.registry import control\nfrom . import runs\n",
+                                {"freshness", "lane_guard", "control", "runs"}) == {"freshness", "lane_guard"}
+
+
 def test_the_import_graph_checks_see_what_they_must():
     sources = {
         "feiqiu_etl.a": (False, "from feiqiu_etl import b\n"),

@@ -15,7 +15,8 @@ import sys
 import click
 
 from feiqiu_etl import exitcodes
-from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts, warehouse
+from feiqiu_etl.cli.options import (common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts,
+                                    warehouse)
 from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 

@@ -336,7 +336,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def freshness(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]]:
+def last_loaded(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]]:
     """Per store and task: end of the newest finished window segment (windowed) or time of the last
     complete snapshot, and the details still owed."""
     with conn.cursor(row_factory=dict_row) as cur:
