@@ -124,8 +124,8 @@ class _SerialRun:
                         self.result.rate_limited += 1
                         self.result.banned_seconds += backoff.seconds if backoff.kind == "banned" else 0.0
                     raise
-            return self.owner.scheduler.send(attempt, self.owner.rate_limiter, self.cancellation.event, min_wait=min_wait,
-                                        gap_class=request.gap_class, tenant=self.owner.tenant)
+            return self.owner.scheduler.send(attempt, self.owner.rate_limiter, self.cancellation.event,
+                                             min_wait=min_wait, gap_class=request.gap_class, tenant=self.owner.tenant)
 
         return send
 

@@ -288,8 +288,8 @@ class _Run:
                     self._note_backoff(request, exc)
                     raise
             return owner.scheduler.send(attempt, owner.rate_limiter, self.cancellation.event, min_wait=min_wait,
-                                   gap_class=request.gap_class, tenant=owner.tenant, label=label,
-                                   abortable=owner.abortable)
+                                        gap_class=request.gap_class, tenant=owner.tenant, label=label,
+                                        abortable=owner.abortable)
 
         t0 = time.monotonic()
         failed = False

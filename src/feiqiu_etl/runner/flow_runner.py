@@ -95,8 +95,9 @@ class FlowRunner:
         self._connect = wiring.connect or db_connect
         self.heartbeat = wiring.heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
-        self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit, cancel_event=self.cancellation.event,
-                                     on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
+        self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit,
+                                     cancel_event=self.cancellation.event, on_down=self._db_down, on_up=self._db_up,
+                                     on_gave_up=self._db_gone)
         tasks = TaskContext(dsn, self.run_id, self.cancellation, conventions=ApiConventions.of(plan.connector),
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
                             connect=self._connect, health=self.health)

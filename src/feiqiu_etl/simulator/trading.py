@@ -235,7 +235,8 @@ class Trading(Timeline):
                 earned[settlement["memberId"]] = earned.get(settlement["memberId"], 0) + \
                     int(parse_money(settlement["paidAmount"]))
         members = sorted(store.records["ODS_MEMBER"])
-        for member_id in rng.sample(members, min(len(members), whole_events(store, len(members) * BONUS_SHARE * share))):
+        bonus = whole_events(store, len(members) * BONUS_SHARE * share)
+        for member_id in rng.sample(members, min(len(members), bonus)):
             earned[member_id] = earned.get(member_id, 0) + rng.randint(1, 20)
         for member_id in sorted(earned):
             member = store.get("ODS_MEMBER", member_id)
