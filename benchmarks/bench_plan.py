@@ -33,7 +33,7 @@ from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.runner.launch import plan_run, prepare_inputs
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.plan import RunOptions, build_plan
-from feiqiu_etl.runner import FlowRunner, RunnerWiring
+from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
 ANCHOR = datetime(2024, 3, 4)

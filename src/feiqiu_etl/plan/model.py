@@ -1,9 +1,9 @@
 """``RunPlan``: what one run will do — lanes → stores → tasks → windows — as frozen, I/O-free data.
 
 A plan is built once per run from validated inputs and the warehouse's history (:mod:`.builder`), printed by
-``feiqiu-etl plan`` and executed by :class:`feiqiu_etl.runner.Runner`. Every setting in it is already
-validated; nothing in it can fail later for a configuration reason. A token is held as a :class:`Secret`:
-its ``repr``/``str`` and every ``to_dict`` show only a fingerprint.
+``feiqiu-etl plan`` and executed by :class:`feiqiu_etl.runner.flow_runner.FlowRunner`. Every setting in it is
+already validated; nothing in it can fail later for a configuration reason. A token is held as a
+:class:`Secret`: its ``repr``/``str`` and every ``to_dict`` show only a fingerprint.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
 from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl import registry
 from feiqiu_etl.registry.control import RunControl
-from feiqiu_etl.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
+from feiqiu_etl.registry import Invocation
 from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext

@@ -200,7 +200,7 @@ def prepare_inputs(options):
 def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     """Prepare the database (DDL, vanished runs → INTERRUPTED), read history and build the plan."""
     from feiqiu_etl.plan import build_plan, read_history
-    from feiqiu_etl.runner import prepare_database
+    from feiqiu_etl.runner.flow_runner import prepare_database
 
     stale = inputs.settings.run.stale_after
     prepare_database(conn, inputs.connector, stale_after=stale)
@@ -213,8 +213,8 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                  progress: bool = True, abortable: bool = True):
     """Validate, start the database if needed (the settings' ``db_dsn``: ``--dsn``, ``$ETL_DB_DSN``, else
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
-    Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
-    from feiqiu_etl.runner import FlowRunner, RunnerWiring
+    Returns the :class:`~feiqiu_etl.runner.results.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
+    from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
     from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
@@ -259,8 +259,8 @@ def execute_in_process(options, dsn: str | None = None, cancellation: Cancellati
     """Run in this process against an existing database — ``dsn``, else the settings' ``db_dsn`` (``options.dsn``,
     ``$ETL_DB_DSN``) — with no signal handling, no progress display and no embedded server: what tests and
     orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration, no database or an
-    unreachable one; returns the :class:`~feiqiu_etl.runner.RunResult`."""
-    from feiqiu_etl.runner import FlowRunner, RunnerWiring
+    unreachable one; returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
+    from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
     from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
