@@ -27,7 +27,7 @@ from flowkit import ANCHOR, sim_config
 
 SOURCE = str(Path(feiqiu_etl.__file__).parent)
 RATE_MIN, RATE_MAX, BATCH = "0.0123", "0.0234", "777"
-READERS = {"builder.estimate"}  # the plan's request estimate reads the gap; it is not on the way to the lane
+READERS = {"estimates.plan_estimate"}  # the plan's request estimate reads the gap; it is not on the way to the lane
 
 
 class Tracer:
