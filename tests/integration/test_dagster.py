@@ -26,8 +26,8 @@ from feiqiu_etl.connector.windows import fmt  # noqa: E402
 from feiqiu_etl.dagster import DWD_KEY, build_definitions, lane_key, pool_name  # noqa: E402
 from feiqiu_etl.plan.fleet import load_fleet  # noqa: E402
 from feiqiu_etl.simulator import Simulator  # noqa: E402
-from flowkit import (ANCHOR, FAST, dwd_exact, fleet_file, lane_violations, sim_config,  # noqa: E402
-                     store_exact)
+from flowkit import (ANCHOR, FAST, as_environment, dwd_exact, fleet_file, lane_violations,  # noqa: E402
+                     sim_config, store_exact)
 
 NORTH = (8640015201004417, 8640015201004418)
 SOUTH = (8640015201004421,)
@@ -359,16 +359,6 @@ def test_a_worker_killed_mid_lane_frees_the_lock_at_once_and_its_pool_slot_once_
     assert statuses == ["INTERRUPTED", "SUCCESS"]  # the next run found the dead one and said so
 
 
-def _as_environment(settings: dict) -> dict:
-    """``--set`` keys as the environment variables that set them (``pipeline.ods_x.rate_min`` →
-    ``PIPELINE_ODS_X__RATE_MIN``)."""
-    out = {}
-    for key, value in settings.items():
-        parts = key.upper().split(".")
-        out["_".join(parts[:2]) + ("__" + parts[2] if len(parts) == 3 else "")] = str(value)
-    return out
-
-
 def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
     """Issue 19: a step reads ``FEIQIU_API_BASE``, ``ETL_DB_DSN`` and every ``PIPELINE_*``/``API_*`` setting from its
     environment through the CLI's code path and in the CLI's order — the environment beats the fleet file's
@@ -380,7 +370,7 @@ def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
                      f"lanes:\n  - {{name: north, token_env: FQ_NORTH, stores: [{{site_id: {NORTH[0]}}}]}}\n",
                      encoding="utf-8")
     with _sim(76, NORTH) as sim:
-        env = {**TOKENS, "FEIQIU_API_BASE": sim.base_url, "ETL_DB_DSN": pg_dsn, **_as_environment(FAST)}
+        env = {**TOKENS, "FEIQIU_API_BASE": sim.base_url, "ETL_DB_DSN": pg_dsn, **as_environment(FAST)}
         window = _window(sim.config.days)
         cli = prepare(RunOptions(fleet_path=str(fleet), environ=env, unsafe_gaps=True, load_dwd=False, **window))
         (lane,) = cli.lanes
