@@ -12,6 +12,7 @@ import pytest
 
 from clikit import cli, cli_json, env_for, finish, run_args, running_run, start, wait_for
 from feiqiu_etl.simulator import Simulator
+from feiqiu_etl.statistics import RunStatistics
 from flowkit import lane_violations, sim_config
 
 SETTLEMENT = ["--tasks", "ODS_SETTLEMENT"]
@@ -25,7 +26,8 @@ def _overlaps(log) -> list:
 def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
     with Simulator(sim_config(seed=21)) as sim:
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.15, 0.2)), env)  # ~8 s
+        # ~15 s: longer than a second CLI process takes to start on a loaded 2-core machine (seen: 8 s at load 5)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.3, 0.4)), env)
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         holder = running_run(pg_dsn)["run_id"]
         second = cli(*run_args(sim, pg_dsn, *SETTLEMENT, dwd=True)[3:], env=env)  # DWD must not hide the refusal
@@ -45,7 +47,7 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
 def test_with_wait_for_lane_the_second_run_waits_then_runs_without_overlap(pg_dsn):
     with Simulator(sim_config(seed=22)) as sim:
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.06, 0.08)), env)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.2, 0.25)), env)   # ~10 s: outlasts a CLI start
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         second = start(run_args(sim, pg_dsn, *SETTLEMENT, "--wait-for-lane", "120"), env)
         results = [finish(first), finish(second)]
@@ -110,6 +112,8 @@ def test_status_shows_the_current_request_wait_reason_rows_per_second_and_eta(pg
     assert lane["wait_reason"] in ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane", None)
     assert lane["requests_sent"] >= 10 and lane["rows_written"] > 0 and lane["rows_per_s"] >= 0
     assert lane["eta_s"] > 0 and lane["requests_remaining"] > 0 and live["tasks"] == 21
+    assert RunStatistics.from_dict(live).to_dict() == live  # what the heartbeat published is exactly the type
+    assert lane["running"][0]["task"] == lane["current"]["task"] and lane["running"][0]["state"] == "running"
     text = cli("status", "--dsn", pg_dsn)
     assert text.returncode == 0
 

@@ -19,8 +19,9 @@ from typing import Mapping
 
 import dagster as dg
 
-from feiqiu_etl.dagster.definitions import (DEFAULT_CRON, DEFAULT_WAIT_FOR_LANE, DWD_KEY, FleetDefinitionsError,
-                                            FleetSettings, build_definitions, lane_key, pool_name)
+from feiqiu_etl.dagster.definitions import (DEFAULT_CRON, DEFAULT_WAIT_FOR_LANE, DWD_KEY, DailySchedule,
+                                            FleetDefinitionsError, FleetSettings, build_definitions, lane_key,
+                                            pool_name)
 
 FLEET_ENV = "FEIQIU_FLEET"
 CONNECTOR_ENV = "FEIQIU_CONNECTOR"
@@ -41,8 +42,9 @@ def definitions_from_env(environ: Mapping[str, str] | None = None) -> dg.Definit
     unsafe = (env.get(UNSAFE_GAPS_ENV) or "").strip().lower()
     if unsafe not in _TRUE | _FALSE:
         raise FleetDefinitionsError(f"{UNSAFE_GAPS_ENV} must be 1 or 0, got {unsafe[:20]!r}")
-    return build_definitions(path, connector_path=env.get(CONNECTOR_ENV) or None,
-                             cron=env.get(CRON_ENV) or DEFAULT_CRON, unsafe_gaps=unsafe in _TRUE)
+    return build_definitions(FleetSettings(path, connector_path=env.get(CONNECTOR_ENV) or None,
+                                           unsafe_gaps=unsafe in _TRUE),
+                             schedule=DailySchedule(cron=env.get(CRON_ENV) or DEFAULT_CRON))
 
 
 @dg.definitions
@@ -51,6 +53,6 @@ def defs() -> dg.Definitions:
     return definitions_from_env()
 
 
-__all__ = ["CONNECTOR_ENV", "CRON_ENV", "DEFAULT_CRON", "DEFAULT_WAIT_FOR_LANE", "DWD_KEY", "FLEET_ENV",
-           "FleetDefinitionsError", "FleetSettings", "build_definitions", "definitions_from_env", "defs", "lane_key",
-           "pool_name", "UNSAFE_GAPS_ENV"]
+__all__ = ["CONNECTOR_ENV", "CRON_ENV", "DEFAULT_CRON", "DEFAULT_WAIT_FOR_LANE", "DWD_KEY", "DailySchedule",
+           "FLEET_ENV", "FleetDefinitionsError", "FleetSettings", "UNSAFE_GAPS_ENV", "build_definitions",
+           "definitions_from_env", "defs", "lane_key", "pool_name"]

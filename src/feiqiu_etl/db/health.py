@@ -24,6 +24,8 @@ from typing import Callable, TypeVar
 
 import psycopg
 
+from feiqiu_etl.errortext import one_line
+
 T = TypeVar("T")
 log = logging.getLogger("feiqiu_etl.db")
 
@@ -94,7 +96,7 @@ class DatabaseHealth:
             return self._gave_up
 
     def _failed(self, exc: BaseException) -> None:
-        text = " ".join(str(exc).split())[:200] or exc.__class__.__name__
+        text = one_line(exc, 200, with_type=False)
         with self._lock:
             self._last_error = text
             first = self._down_since is None
