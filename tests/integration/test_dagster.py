@@ -83,7 +83,8 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
         assert pools == {north_key: pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS),
                          south_key: pool_name("feiqiu", load_fleet(fleet).lanes[1], TOKENS)}
         assert all("fq_" not in p for p in pools.values()) and len(set(pools.values())) == 2
-        assert {s.name for s in defs.schedules} == {"feiqiu_ods_north_daily", "feiqiu_ods_south_daily"}
+        assert {s.name for s in defs.schedules} == {"feiqiu_ods_north_daily", "feiqiu_ods_south_daily",
+                                                    "feiqiu_freshness_hourly"}
 
         before = dg.evaluate_automation_conditions(defs=defs, instance=instance)  # the sensor's first tick
         assert before.get_num_requested(DWD_KEY) == 0  # nothing in ODS yet: no DWD load
@@ -266,7 +267,9 @@ def test_the_module_loads_from_FEIQIU_FLEET_for_dagster_dev(tmp_path):
         definitions_from_env({})  # what the code location shows when the variable is missing
 
     defs = definitions_from_env({"FEIQIU_FLEET": fleet, "FEIQIU_DAGSTER_CRON": "30 1 * * *"})
-    assert {s.cron_schedule for s in defs.schedules} == {"30 1 * * *"}
+    assert {s.name: s.cron_schedule for s in defs.schedules} == {
+        "feiqiu_ods_north_daily": "30 1 * * *", "feiqiu_ods_south_east_daily": "30 1 * * *",
+        "feiqiu_freshness_hourly": "15 * * * *"}
     assert {j.name for j in defs.jobs} >= {"feiqiu_ods_north", "feiqiu_ods_south_east", "feiqiu_dwd"}
     assert defs.resolve_assets_def(["feiqiu", "ods", "north"]).op.pool == "feiqiu_env_FQ_NORTH"  # no token here
     tick = defs.resolve_schedule_def("feiqiu_ods_north_daily").evaluate_tick(
