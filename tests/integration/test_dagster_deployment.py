@@ -269,3 +269,80 @@ def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slo
                                                  fourth: "SUCCESS"}
     # the second feiqiu-etl run began only after the first had ended: Dagster's pool held it, not the lane guard
     assert runs[second][1] >= runs[first][2]
+
+
+# ------------------------------------------------------------------------------- dagster asset materialize
+def _check_evaluations(instance, key, names) -> dict:
+    """{check name: (passed, description, metadata)} of the latest evaluation of each named check of ``key``."""
+    out = {}
+    for name in names:
+        records = instance.event_log_storage.get_asset_check_execution_history(dg.AssetCheckKey(key, name), limit=1)
+        if records and records[0].event and records[0].event.dagster_event:
+            ev = records[0].event.dagster_event.event_specific_data
+            out[name] = (ev.passed, ev.description, {k: v.value for k, v in ev.metadata.items()})
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_dagster_asset_materialize_with_configuration_from_the_environment_only(pg_dsn, tmp_path):
+    """``dagster asset materialize -m feiqiu_etl.dagster`` as a subprocess, configured by environment variables
+    alone; the fleet file names another ``api_base`` and the environment wins, as for the CLI. The step's log
+    shows progress while the run goes on; the metadata and the asset checks say what happened."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n",
+                                       encoding="utf-8")
+    fleet = fleet_yaml(tmp_path / "fleet.yaml")
+    config = sim_config(seed=82, site_ids=NORTH, anchor=None, tokens={"fq_north": NORTH, "fq_south": SOUTH},
+                        token="fq_admin")
+    key = dg.AssetKey(["feiqiu", "ods", "north"])
+    with Simulator(config) as sim:
+        env = {**step_environment(sim, pg_dsn, fleet, 0.15), "DAGSTER_HOME": str(home)}
+        log = tmp_path / "materialize.log"
+        proc = start([sys.executable, "-m", "dagster", "asset", "materialize", "-m", LOCATION, "--select",
+                      "feiqiu/ods/north", "--partition", str(NORTH[0])], env, log, tmp_path)
+        seen_progress = None
+        deadline = time.monotonic() + WAIT
+        try:
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                while proc.poll() is None:
+                    runs = instance.get_runs(limit=1)
+                    if runs and seen_progress is None and any(
+                            "[progress]" in (e.user_message or "") for e in instance.all_logs(runs[0].run_id)):
+                        seen_progress = time.monotonic()
+                    assert time.monotonic() < deadline, "dagster asset materialize did not end"
+                    time.sleep(0.2)
+        finally:
+            stop([proc])
+        output = log.read_text(errors="replace")
+        requests = sim.request_log()
+        cli = subprocess.run([str(Path(sys.executable).parent / "feiqiu-etl"), "config", "show", "--fleet", fleet,
+                              "--json"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        cli_base = {s["key"]: (s["value"], s["source"]) for s in json.loads(cli.stdout)}["north:FEIQIU_API_BASE"]
+        base_url = sim.base_url
+        window = history(sim)
+        assert proc.returncode == 0, output[-4000:]
+        store_exact(pg_dsn, sim, NORTH[0], TASKS, window)
+    # the step's log streamed while the run went on: a heartbeat line was in Dagster's event log before the
+    # simulator had answered the last request
+    assert seen_progress is not None and seen_progress < max(e.started for e in requests), output[-3000:]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (run,) = instance.get_runs()
+        messages = [e.user_message or "" for e in instance.all_logs(run.run_id)]
+        assert sum(1 for m in messages if m.startswith("[") and " site " in m and "/4] " in m) == 4, messages
+        (mat,) = instance.fetch_materializations(key, limit=10).records
+        meta = {k: v.value for k, v in mat.asset_materialization.metadata.items()}
+        checks = _check_evaluations(instance, key, ["complete", f"fresh_{NORTH[0]}", f"fresh_{NORTH[1]}"])
+    assert meta["status"] == "SUCCESS" and meta["requests"] == len(requests) and meta["rows"] > 0, meta
+    assert meta["rejections"] == 0 and meta["bans"] == 0 and meta["banned_seconds"] == 0, meta
+    with psycopg.connect(pg_dsn) as conn:
+        run_id, status, config_used = conn.execute("SELECT run_id, status, config FROM etl_meta.run").fetchone()
+    assert meta["feiqiu_run_id"] == run_id and status == "SUCCESS"
+    # the fleet file's api_base (where nothing listens) lost to FEIQIU_API_BASE in the step, as in the CLI
+    assert cli_base == (base_url, "environment") and requests
+    assert config_used["pipeline.rate_min"] == {"value": 0.15, "source": "environment"}
+    assert checks["complete"][0] is True, checks
+    assert checks["complete"][2]["windows"] == checks["complete"][2]["windows_finished"] > 0
+    assert checks[f"fresh_{NORTH[0]}"][0] is True, checks      # just loaded
+    assert checks[f"fresh_{NORTH[1]}"][0] is False, checks     # scheduled, never loaded
+    assert "never loaded" in checks[f"fresh_{NORTH[1]}"][1]
