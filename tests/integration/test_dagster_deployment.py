@@ -143,6 +143,26 @@ def feiqiu_run_of(dsn: str, dagster_run_id: str) -> tuple | None:
         return None
 
 
+CHECKS_QUERY = """
+query Checks($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      assetChecksOrError { ... on AssetChecks { checks {
+        name executionForLatestMaterialization { status evaluation { success description } } } } }
+    }
+  }
+}"""
+
+
+def graphql(port: int, query: str, variables: dict) -> dict:
+    """One query to the webserver's GraphQL API (what the UI reads)."""
+    body = json.dumps({"query": query, "variables": variables}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return json.loads(answer.read())
+
+
 def span(log, sites) -> tuple[float, float]:
     mine = [e for e in log if e.site_id in sites]
     return min(e.started for e in mine), max(e.ended for e in mine)
@@ -232,6 +252,7 @@ def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slo
             for run_id in (third, fourth):
                 wait_for(f"run {run_id} to end", lambda r=run_id: instance.get_run_by_id(r).is_finished, procs=procs)
             statuses = {r: status(r) for r in (first, second, third, fourth)}
+            ui_checks = graphql(port, CHECKS_QUERY, {"key": {"path": ["feiqiu", "ods", "north"]}})
             daemon_log = procs[0][1].read_text(errors="replace")
             timings["total_s"] = time.monotonic() - began
             log = sim.request_log()
@@ -246,6 +267,11 @@ def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slo
     print(json.dumps({k: round(v, 1) for k, v in timings.items()}))
     assert statuses == {first: dg.DagsterRunStatus.SUCCESS, second: dg.DagsterRunStatus.FAILURE,
                         third: dg.DagsterRunStatus.SUCCESS, fourth: dg.DagsterRunStatus.SUCCESS}
+    # the asset checks as the UI shows them: every store of north is fresh and the last run was complete
+    checks = {c["name"]: c["executionForLatestMaterialization"]
+              for c in ui_checks["data"]["assetNodeOrError"]["assetChecksOrError"]["checks"]}
+    assert set(checks) == {"complete", *(f"fresh_{s}" for s in NORTH)}, ui_checks
+    assert all(c["status"] == "SUCCEEDED" and c["evaluation"]["success"] for c in checks.values()), checks
     # the slot outlived the dead run by free_slots_after_run_end_seconds: run monitoring freed it (the run worker
     # was dead, and nothing else frees a claimed slot; Dagster 1.13 does not log it: its count is None)
     assert freed_at - ended_at >= FAST_DAEMON.free_slots_after, (ended_at, freed_at)
