@@ -235,7 +235,8 @@ def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slo
             _, state, pid = wait_for("the feiqiu-etl run of the second", lambda: feiqiu_run_of(pg_dsn, second))
             assert state == "RUNNING"
             pool = pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS)
-            claimants = lambda: [s.run_id for s in instance.event_log_storage.get_concurrency_info(pool).claimed_slots]  # noqa: E731
+            claimants = lambda: [  # noqa: E731
+                s.run_id for s in instance.event_log_storage.get_concurrency_info(pool).claimed_slots]
             assert claimants() == [second]
             os.kill(pid, signal.SIGKILL)
             killed = time.monotonic()

@@ -76,7 +76,8 @@ def freshness_verdicts(rows: Iterable[Mapping[str, Any]], site_ids: Iterable[int
                 f" … and {len(stale) - MAX_LISTED} more" if len(stale) > MAX_LISTED else "")
         parts = []
         if never:
-            parts.append(f"{len(never)} task(s) never loaded ({', '.join(never[:3])}{' …' if len(never) > 3 else ''})")
+            listed = ", ".join(never[:3]) + (" …" if len(never) > 3 else "")
+            parts.append(f"{len(never)} task(s) never loaded ({listed})")
         if old:
             worst = max(old, key=lambda r: r["age_seconds"])
             parts.append(f"{len(old)} task(s) older than {stale_after_hours:g} h (oldest {worst['task']}: "

@@ -54,6 +54,7 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
 
     from feiqiu_etl.flowcli import execute_in_process
     from feiqiu_etl.pipeline.cancellation import CancellationToken
+    from feiqiu_etl.runs.registry import Invocation
 
     token = CancellationToken(timeout=options.timeout)
     box: dict[str, Any] = {}
@@ -67,8 +68,8 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
 
     def work() -> None:
         try:
-            box["result"] = execute_in_process(options, None, token, command="dagster", args=args,
-                                               progress=progress)
+            box["result"] = execute_in_process(options, None, token, progress=progress,
+                                               invocation=Invocation(command="dagster", args=args))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
             box["error"] = exc
         finally:
@@ -109,8 +110,9 @@ def warn_unlimited_pool(context: dg.OpExecutionContext, pool: str) -> None:
     except Exception:  # noqa: BLE001 - storage without pool support: same advice
         limit = None
     if limit is None:
-        context.log.warning(f"pool {pool} has no limit in this Dagster instance: set concurrency.pools.default_limit: 1 "
-                            f"in dagster.yaml (or `dagster instance concurrency set '{pool}' 1`); until then runs of "
+        context.log.warning(f"pool {pool} has no limit in this Dagster instance: set "
+                            "concurrency.pools.default_limit: 1 in dagster.yaml"
+                            f" (or `dagster instance concurrency set '{pool}' 1`); until then runs of "
                             "this token wait for each other on the PostgreSQL lane guard")
 
 
