@@ -51,7 +51,8 @@ TASKS = ["ODS_MEMBER", "ODS_SETTLEMENT", "ODS_PAYMENT", "ODS_GOODS"]
 TOKENS = {"FQ_NORTH": "fq_north", "FQ_SOUTH": "fq_south"}
 LOCATION = "feiqiu_etl.dagster"
 GAP = 0.1          # s between requests: a north run lasts a few seconds at the simulator
-WAIT = 90.0       # s: the longest any single wait may take on a loaded machine (never an assertion on overlap)
+WAIT = 240.0       # s: the longest any single wait may take on a loaded machine (never an assertion on overlap)
+STOP_WAIT_TEST = 90.0  # s for `feiqiu-etl dagster dev` to end after Ctrl-C (it gives Dagster 60 s)
 FAST_DAEMON = InstanceSettings(dequeue_interval=1, monitoring_interval=1, free_slots_after=3, start_timeout=240)
 
 
@@ -67,7 +68,7 @@ def fleet_yaml(path: Path, api_base: str = "http://127.0.0.1:9") -> str:
     return str(path)
 
 
-def step_environment(sim: Simulator, dsn: str, fleet: str, gap: float) -> dict[str, str]:
+def step_environment(sim: Simulator, dsn: str | None, fleet: str, gap: float) -> dict[str, str]:
     """The environment of every Dagster process: configuration from environment variables only."""
     mine = ("PIPELINE_", "DWD_", "WINDOW_", "API_", "DB_", "RUN_", "LANE_", "DETAIL_", "PROGRESS_", "FEIQIU_",
             "ETL_DB_DSN", "DAGSTER_")
@@ -76,7 +77,9 @@ def step_environment(sim: Simulator, dsn: str, fleet: str, gap: float) -> dict[s
                 "pipeline.ods_group_package.rate_min": gap * 1.5, "pipeline.ods_group_package.rate_max": gap * 1.75,
                 "window.initial_days": sim.config.days + 1, "progress.heartbeat_seconds": 1}
     env.update({**TOKENS, **as_environment(settings), "FEIQIU_FLEET": fleet, "FEIQIU_API_BASE": sim.base_url,
-                "ETL_DB_DSN": dsn, "FEIQIU_UNSAFE_GAPS": "1"})
+                "FEIQIU_UNSAFE_GAPS": "1"})
+    if dsn is not None:
+        env["ETL_DB_DSN"] = dsn
     return env
 
 
@@ -373,3 +376,64 @@ def test_dagster_asset_materialize_with_configuration_from_the_environment_only(
     assert checks[f"fresh_{NORTH[0]}"][0] is True, checks      # just loaded
     assert checks[f"fresh_{NORTH[1]}"][0] is False, checks     # scheduled, never loaded
     assert "never loaded" in checks[f"fresh_{NORTH[1]}"][1]
+
+
+# ------------------------------------------------------------------------------------ feiqiu-etl dagster dev
+@pytest.mark.timeout(400)
+def test_feiqiu_etl_dagster_dev_runs_dagster_over_the_embedded_server(fresh_home, tmp_path, monkeypatch):
+    """The one-machine trial of docs/scale-out.md: no DSN to build, no dagster.yaml to write. The command holds
+    the embedded server, gives Dagster its own database there, runs ``dagster dev``; a run submitted to its UI
+    lands in the warehouse every other command opens; Ctrl-C stops Dagster and then the server."""
+    from feiqiu_etl.db.embedded.server import home_layout
+
+    fleet = fleet_yaml(tmp_path / "fleet.yaml")
+    config = sim_config(seed=83, site_ids=NORTH, anchor=None, tokens={"fq_north": NORTH, "fq_south": SOUTH},
+                        token="fq_admin")
+    cli = str(Path(sys.executable).parent / "feiqiu-etl")
+    port = free_port()
+    with Simulator(config) as sim:
+        env = {**step_environment(sim, None, fleet, GAP), "FEIQIU_ETL_HOME": str(fresh_home)}
+        log = tmp_path / "dev.log"
+        began = time.monotonic()
+        proc = subprocess.Popen([cli, "dagster", "dev", "--port", str(port)], env=env, cwd=tmp_path,
+                                stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        procs = [(proc, log)]
+        family: list = []
+        try:
+            client = DagsterGraphQLClient("127.0.0.1", port_number=port, timeout=60)
+
+            def submit() -> str | None:
+                try:
+                    return client.submit_job_execution("feiqiu_ods_north", repository_location_name=LOCATION,
+                                                       tags={"dagster/partition": str(NORTH[0])})
+                except Exception:  # noqa: BLE001 - still starting
+                    return None
+
+            run_id = wait_for("dagster dev accepting a run", submit, procs=procs, every=0.5)
+            ready = time.monotonic() - began
+            wait_for("the run to end", lambda: client.get_run_status(run_id).value in ("SUCCESS", "FAILURE"),
+                     procs=procs, every=0.5)
+            assert client.get_run_status(run_id).value == "SUCCESS", log.read_text(errors="replace")[-4000:]
+            runs = subprocess.run([cli, "runs", "--json"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                                  timeout=120)
+            family = psutil.Process(proc.pid).children(recursive=True)
+            proc.send_signal(signal.SIGINT)  # Ctrl-C
+            proc.wait(STOP_WAIT_TEST)
+            stopped = time.monotonic() - began
+        finally:
+            stop([proc])
+        output = log.read_text(errors="replace")
+        monkeypatch.setenv("FEIQIU_ETL_HOME", str(fresh_home))
+        pgdata = home_layout().pgdata
+    assert proc.returncode == 0, output[-4000:]
+    assert "Traceback" not in output
+    assert runs.returncode == 0, runs.stderr
+    recorded = json.loads(runs.stdout)  # the warehouse every other command opens by default
+    assert [(r["command"], r["status"]) for r in recorded] == [("dagster", "SUCCESS")], recorded
+    assert "warehouse: database feiqiu_etl on it" in output and "password" not in output
+    yaml_text = (fresh_home / "dagster" / "dagster.yaml").read_text(encoding="utf-8")
+    assert "postgresql+psycopg2://postgres@/dagster?" in yaml_text and "QueuedRunCoordinator" in yaml_text
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert alive == [], [p.cmdline() for p in alive]  # Dagster's processes ended with it
+    assert not (pgdata / "postmaster.pid").exists()  # and the embedded server stopped after them
+    print(json.dumps({"ready_s": round(ready, 1), "stopped_s": round(stopped, 1)}))
