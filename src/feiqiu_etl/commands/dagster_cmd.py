@@ -38,12 +38,11 @@ STOP_WAIT = 60.0
 
 
 def _need_dagster() -> None:
-    try:
-        import dagster  # noqa: F401
-        import dagster_postgres  # noqa: F401
-        import dagster_webserver  # noqa: F401
-    except ImportError:
-        raise UsageFailure("feiqiu-etl dagster needs Dagster: pip install 'feiqiu-etl[dagster]'") from None
+    import importlib.util
+
+    missing = [m for m in ("dagster", "dagster_postgres", "dagster_webserver") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageFailure(f"feiqiu-etl dagster needs {missing[0]}: pip install 'feiqiu-etl[dagster]'")
 
 
 def dagster_home(given: str | None) -> Path:
