@@ -7,7 +7,9 @@ other command opens by default; ``--dsn``/``ETL_DB_DSN`` for another one), write
 (:func:`feiqiu_etl.dagster.instance.instance_yaml`: PostgreSQL storage, the queued run coordinator, pools of one
 slot, run monitoring) and runs what a deployment runs — ``dagster-daemon run`` and ``dagster-webserver`` (on
 127.0.0.1) with ``-m feiqiu_etl.dagster`` — with ``ETL_DB_DSN``, ``FEIQIU_FLEET`` and ``DAGSTER_HOME`` in their
-environment (not ``dagster dev``: Dagster 1.13 marks it superseded). The DSNs name the server's passfile; no
+environment (not ``dagster dev``: Dagster 1.13 marks it superseded), in ``$DAGSTER_HOME`` — this command already
+read ``./.env`` as every command does (the real environment wins), and a Dagster command started where a
+``.env`` is would load it again *over* the environment. The DSNs name the server's passfile; no
 password is written or shown. The first Ctrl-C (or SIGTERM) asks Dagster to stop and waits up to
 :data:`STOP_WAIT` seconds, a second one kills it; then the embedded server stops (if no other command uses it).
 
@@ -116,6 +118,8 @@ def dev(fleet_path, port, home, dsn, verbose, log_format) -> None:
         if not write_instance(folder, text):
             click.echo(f"feiqiu-etl dagster dev: {folder / 'dagster.yaml'} is not ours: left as it is", err=True)
         env = {**os.environ, "ETL_DB_DSN": warehouse, "FEIQIU_FLEET": fleet, "DAGSTER_HOME": str(folder)}
+        if env.get("FEIQIU_CONNECTOR"):
+            env["FEIQIU_CONNECTOR"] = str(Path(env["FEIQIU_CONNECTOR"]).resolve())
         shown = f"database {DEFAULT_DATABASE} on it" if warehouse == embedded else redact_dsn(warehouse)
         click.echo(f"feiqiu-etl dagster dev: the Dagster UI on http://127.0.0.1:{port}/ (DAGSTER_HOME={folder}; "
                    f"Dagster's storage: database {DAGSTER_DATABASE} on the embedded server; warehouse: {shown}); "
@@ -123,12 +127,12 @@ def dev(fleet_path, port, home, dsn, verbose, log_format) -> None:
         bin_dir = Path(sys.executable).parent
         code = _supervise([[str(bin_dir / "dagster-daemon"), "run", "-m", LOCATION],
                            [str(bin_dir / "dagster-webserver"), "-m", LOCATION, "-h", "127.0.0.1", "-p", str(port)]],
-                          env)
+                          env, folder)
     sys.exit(code)
 
 
-def _supervise(commands: list[list[str]], env: dict) -> int:
-    """Run ``commands`` at once, each in a session of its own (a terminal's Ctrl-C reaches only us, and we pass
+def _supervise(commands: list[list[str]], env: dict, cwd: Path) -> int:
+    """Run ``commands`` at once in ``cwd``, each in a session of its own (a terminal's Ctrl-C reaches only us, and we pass
     it on once). The first SIGINT/SIGTERM is forwarded to all and waited for up to :data:`STOP_WAIT` s; a second
     one (or the time running out) kills their process groups. When one ends by itself, the others are stopped
     the same way. Returns 0 after a stop we asked for, 130 if they had to be killed, else the exit code of the
@@ -137,7 +141,7 @@ def _supervise(commands: list[list[str]], env: dict) -> int:
 
     from feiqiu_etl import exitcodes
 
-    children = [subprocess.Popen(args, env=env, start_new_session=True) for args in commands]
+    children = [subprocess.Popen(args, env=env, cwd=cwd, start_new_session=True) for args in commands]
     asked: list[float] = []
 
     def forward(signum, frame) -> None:

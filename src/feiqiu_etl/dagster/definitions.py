@@ -85,11 +85,24 @@ class FleetSettings:
         """The :class:`RunOptions` of one materialization (``kw``: lanes/stores/load_dwd/dwd_only). Its settings
         are built as the CLI builds them (:func:`feiqiu_etl.config.load_settings`): ``dsn``, ``api_base`` and
         ``overrides`` take the places of ``--dsn``, ``--api-base`` and ``--set``; the step's environment
-        (``ETL_DB_DSN``, ``FEIQIU_API_BASE``, ``PIPELINE_*`` …) is read in the same order as the CLI's."""
+        (``ETL_DB_DSN``, ``FEIQIU_API_BASE``, ``PIPELINE_*`` …) and, without ``environ``, the ``./.env`` of the
+        step's working directory (:func:`feiqiu_etl.config.read_dotenv`, as the CLI reads it at start: the
+        environment wins, an unknown setting in it is an error) are read in the same order as the CLI's.
+        Raises ``dagster.Failure`` (one line) for a ``.env`` the CLI would refuse."""
+        from feiqiu_etl.config import ConfigError, DotEnv, read_dotenv
+        from feiqiu_etl.textsafe import escape
+
+        env = dict(self.env())
+        dotenv = DotEnv()
+        if self.environ is None:
+            try:
+                dotenv = read_dotenv(".env", env)
+            except ConfigError as exc:
+                raise dg.Failure(description=escape(str(exc)), allow_retries=False) from None
         return RunOptions(fleet_path=self.fleet_path, api_base=self.api_base, dsn=self.dsn,
                           connector_path=self.connector_path, overrides=dict(self.overrides),
-                          unsafe_gaps=self.unsafe_gaps, wait_for_lane=self.wait_for_lane, environ=dict(self.env()),
-                          **dict(self.run_options), **kw)
+                          unsafe_gaps=self.unsafe_gaps, wait_for_lane=self.wait_for_lane, environ=env,
+                          dotenv=dotenv, **dict(self.run_options), **kw)
 
 
 @dataclass(frozen=True)

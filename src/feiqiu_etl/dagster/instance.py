@@ -14,10 +14,11 @@ What the file sets, and why (docs/scale-out.md "Deploying on several machines" t
   default) means the step claims the slot in the storage itself, so runs started without the queue
   (``dagster asset materialize``, a second deployment on the same storage) are held too; the queue does not
   launch a run whose pool is full (``op_granularity_run_buffer: 0``);
-* **run monitoring** with ``free_slots_after_run_end_seconds``: a run worker killed mid-step (kill -9, OOM, a
-  lost machine) is marked failed (by the code server that launched it, or by run monitoring's timeouts), but
-  its claimed slot stays claimed until the monitoring daemon frees the slots of ended runs (Dagster issues
-  #28456, #32560). Without it the lane's queue would wait forever.
+* **run monitoring** with ``free_slots_after_run_end_seconds``: a run worker killed mid-step (kill -9, OOM) is
+  marked failed by the code server that launched it (within a second or two), but its claimed slot stays
+  claimed until the monitoring daemon frees the slots of ended runs (Dagster issues #28456, #32560); without
+  it the lane's queue would wait forever. A lost machine takes its code server along: then only
+  ``max_runtime_seconds`` ends the run (terminated, then cancelled) and frees the slot.
 
 Only text is written here; nothing in this module imports ``dagster``.
 """
@@ -50,6 +51,9 @@ class InstanceSettings:
     [poll_interval_seconds] and ``free_slots_after`` [free_slots_after_run_end_seconds]: a dead run's pool
     slot is free at most about their sum (plus one ``dequeue_interval``) after Dagster marked the run ended.
     ``start_timeout`` [start_timeout_seconds]: a run whose worker never starts is failed after this long.
+    ``max_runtime`` [max_runtime_seconds]: a run still going after this long is terminated (a graceful cancel;
+    the next run resumes). It is what ends a run whose machine was lost: the default run launcher cannot ask a
+    dead machine how its run worker is, so only this (or a hand) marks such a run ended and frees its slot.
     ``telemetry``: Dagster's anonymous usage statistics (off unless asked for).
     """
 
@@ -60,10 +64,11 @@ class InstanceSettings:
     monitoring_interval: int = 30
     free_slots_after: int = 60
     start_timeout: int = 180
+    max_runtime: int = 24 * 3600
     telemetry: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("dequeue_interval", "monitoring_interval", "free_slots_after", "start_timeout"):
+        for name in ("dequeue_interval", "monitoring_interval", "free_slots_after", "start_timeout", "max_runtime"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1 second (Dagster takes whole seconds)")
         if self.max_concurrent_runs < 1:
@@ -89,6 +94,7 @@ def instance_config(settings: InstanceSettings = InstanceSettings()) -> dict[str
             "poll_interval_seconds": int(settings.monitoring_interval),
             "free_slots_after_run_end_seconds": int(settings.free_slots_after),
             "start_timeout_seconds": int(settings.start_timeout),
+            "max_runtime_seconds": int(settings.max_runtime),
             "max_resume_run_attempts": 0,  # the default run launcher cannot resume a run; a rerun resumes it
         },
         "telemetry": {"enabled": bool(settings.telemetry)},
