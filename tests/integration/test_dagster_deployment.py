@@ -157,6 +157,13 @@ query Checks($key: AssetKeyInput!) {
 }"""
 
 
+WAITING_QUERY = """
+query Waiting($runId: ID!, $pool: String!) {
+  runOrError(runId: $runId) { ... on Run { status allPools } }
+  instance { concurrencyLimit(concurrencyKey: $pool) { limit claimedSlots { runId } } }
+}"""
+
+
 def graphql(port: int, query: str, variables: dict) -> dict:
     """One query to the webserver's GraphQL API (what the UI reads)."""
     body = json.dumps({"query": query, "variables": variables}).encode()
@@ -241,6 +248,7 @@ def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slo
             claimants = lambda: [  # noqa: E731
                 s.run_id for s in instance.event_log_storage.get_concurrency_info(pool).claimed_slots]
             assert claimants() == [second]
+            waiting = graphql(port, WAITING_QUERY, {"runId": fourth, "pool": pool})["data"]  # what the UI shows
             os.kill(pid, signal.SIGKILL)
             killed = time.monotonic()
             sent_when_killed = sum(1 for e in sim.request_log() if e.site_id == NORTH[1])
@@ -271,6 +279,10 @@ def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slo
     print(json.dumps({k: round(v, 1) for k, v in timings.items()}))
     assert statuses == {first: dg.DagsterRunStatus.SUCCESS, second: dg.DagsterRunStatus.FAILURE,
                         third: dg.DagsterRunStatus.SUCCESS, fourth: dg.DagsterRunStatus.SUCCESS}
+    # a run waiting for its token is not a mystery in the UI (Dagster #16441): QUEUED, needing the lane's pool,
+    # whose one slot the running run holds
+    assert waiting["runOrError"] == {"status": "QUEUED", "allPools": [pool]}, waiting
+    assert waiting["instance"]["concurrencyLimit"] == {"limit": 1, "claimedSlots": [{"runId": second}]}, waiting
     # the asset checks as the UI shows them: every store of north is fresh and the last run was complete
     checks = {c["name"]: c["executionForLatestMaterialization"]
               for c in ui_checks["data"]["assetNodeOrError"]["assetChecksOrError"]["checks"]}
