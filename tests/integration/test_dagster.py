@@ -247,7 +247,8 @@ def test_without_a_pool_limit_the_lane_guard_makes_the_second_run_wait(pg_dsn, t
     assert all("has no limit in this Dagster instance" in o for o in outputs)
     runs = _runs_by_site(pg_dsn)
     assert {site: r[2] for site, r in runs.items()} == {site: "SUCCESS" for site in NORTH}
-    first, second = sorted(NORTH, key=lambda s: runs[s][0])
+    # first: the run that got the lane (its record may have started a moment after the other's)
+    first, second = sorted(NORTH, key=lambda s: _span(log, [s])[0])
     assert runs[second][0] < runs[first][1]  # both runs were going at once ...
     assert lane_violations([e for e in log if e.site_id in NORTH], 0.01) == []  # ... yet the lane stayed serial
     assert _span(log, [second])[0] >= _span(log, [first])[1]  # the second waited for the lane guard
