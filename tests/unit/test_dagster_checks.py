@@ -119,6 +119,7 @@ def test_the_instance_file_says_storage_queue_pools_and_run_monitoring():
     assert config["concurrency"]["pools"] == {"default_limit": 1, "granularity": "op", "op_granularity_run_buffer": 0}
     assert config["run_monitoring"]["enabled"] is True
     assert config["run_monitoring"]["free_slots_after_run_end_seconds"] == 7
+    assert config["run_monitoring"]["max_runtime_seconds"] == 86400 and config["telemetry"] == {"enabled": False}
     url = "postgresql+psycopg2://dagster@db/dagster"
     assert instance_config(InstanceSettings(storage_url=url))["storage"]["postgres"]["postgres_url"] == url
     with pytest.raises(ValueError, match="free_slots_after"):
