@@ -397,3 +397,31 @@ def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
     assert command == "dagster"
     assert config["pipeline.rate_min"] == {"value": FAST["pipeline.rate_min"], "source": "environment"}
     assert config["api.timeout"]["source"] == "environment"
+
+
+def test_a_step_reads_dotenv_as_the_cli_does(pg_dsn, tmp_path, monkeypatch):
+    """The step's ``./.env`` is read by the CLI's own function: its settings count (source ``.env``), the real
+    environment wins over it, and a setting it names that does not exist fails the step in one line, as
+    ``feiqiu-etl run`` exits 2 for it."""
+    fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
+    for name, value in {**TOKENS, **as_environment(FAST)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PIPELINE_RATE_MAX", "0.03")  # the environment wins over .env
+    (tmp_path / ".env").write_text("WINDOW_SEGMENT_DAYS=1\nPIPELINE_RATE_MAX=7\n", encoding="utf-8")  # cwd: tmp_path
+    with _sim(77, NORTH) as sim:
+        monkeypatch.setenv("FEIQIU_API_BASE", sim.base_url)
+        monkeypatch.setenv("ETL_DB_DSN", pg_dsn)
+        defs = build_definitions(FleetSettings(fleet, unsafe_gaps=True, run_options=_window(sim.config.days)))
+        job = defs.resolve_job_def("feiqiu_ods_north")
+        with dg.DagsterInstance.ephemeral() as instance:
+            ok = job.execute_in_process(instance=instance, partition_key=str(NORTH[0]))
+            (tmp_path / ".env").write_text("PIPELINE_RATE_MAXIMUM=7\n", encoding="utf-8")
+            bad = job.execute_in_process(instance=instance, partition_key=str(NORTH[1]), raise_on_error=False)
+        assert ok.success
+        store_exact(pg_dsn, sim, NORTH[0], TASKS)
+    with psycopg.connect(pg_dsn) as conn:
+        (config,) = conn.execute("SELECT config FROM etl_meta.run").fetchone()  # the bad one never started a run
+    assert config["window.segment_days"] == {"value": 1, "source": ".env"}
+    assert config["pipeline.rate_max"] == {"value": 0.03, "source": "environment"}
+    failure = [e for e in bad.all_events if e.is_step_failure][0].step_failure_data.error.message
+    assert "unknown setting PIPELINE_RATE_MAXIMUM in .env" in failure and "\n" not in failure.strip()
