@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import socket
 from typing import Any, Iterator
 
 import click
@@ -278,3 +279,17 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
 def echo_json(data) -> None:
     """JSON as the web API gives it (:func:`registry.jsonable`): seconds as numbers, ISO 8601 times."""
     click.echo(terminal_json(registry.jsonable(data)))
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0 = any free port); one-line error if impossible."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock

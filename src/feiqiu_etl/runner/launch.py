@@ -254,12 +254,15 @@ def _db_error(exc: BaseException, dsn: str) -> str:
 
 
 def execute_in_process(options, dsn: str | None = None, cancellation: CancellationToken | None = None, *,
-                       command: str = "run", args: dict | None = None, abortable: bool = True, client_factory=None,
-                       heartbeat: float | None = None):
+                       invocation=None, abortable: bool = True, client_factory=None, heartbeat: float | None = None,
+                       progress: Callable[[str], None] | None = None):
     """Run in this process against an existing database — ``dsn``, else the settings' ``db_dsn`` (``options.dsn``,
     ``$ETL_DB_DSN``) — with no signal handling, no progress display and no embedded server: what tests and
-    orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration, no database or an
-    unreachable one; returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
+    orchestrators (Dagster) call. ``invocation`` (:class:`~feiqiu_etl.registry.Invocation`, default: the
+    command ``run`` without arguments) is what the run's record says started it. ``progress`` receives the lines
+    the CLI prints without a terminal, as they happen (:func:`feiqiu_etl.report.progress_lines`: one per
+    finished task, one per ``progress.heartbeat_seconds``). Raises :class:`UsageFailure` for a bad configuration,
+    no database or an unreachable one; returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
     from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
     from feiqiu_etl.registry import Invocation
 
@@ -276,6 +279,10 @@ def execute_in_process(options, dsn: str | None = None, cancellation: Cancellati
     kw = {"client_factory": client_factory} if client_factory is not None else {}
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
                           **kw)
-    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancellation=cancellation,
-                        wiring=wiring)
-    return runner.run()
+    runner = FlowRunner(plan, dsn, invocation=invocation or Invocation(), cancellation=cancellation, wiring=wiring)
+    if progress is None:
+        return runner.run()
+    from feiqiu_etl.report import progress_lines
+
+    with progress_lines(runner, progress, inputs.settings.progress.heartbeat_seconds):
+        return runner.run()
