@@ -55,7 +55,7 @@ class TaskPlan:
     """One ODS task for one store: its spec, effective pipeline settings and window segments.
 
     ``horizon`` (incremental runs) is the earliest start planned, recorded before any request so that a
-    segment that fails stays a gap for the next run. ``owed_details`` counts details still owed by earlier
+    segment that fails stays a hole for the next run. ``owed_details`` counts details still owed by earlier
     runs (fetched first). ``first_load`` is True when no earlier run of this task and store is known.
     ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``,
     rounded down); ``recheck_credit`` the fraction of a re-check left over, carried to the next run.
