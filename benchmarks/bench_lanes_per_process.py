@@ -50,7 +50,7 @@ def _rss_kib() -> int:
 def child(lanes: int, days: int, gap: float, dsn: str, base: str) -> dict:
     """One configuration, in this (fresh) process: run the fleet, sample RSS and threads every 50 ms."""
     from feiqiu_etl.connector.windows import fmt
-    from feiqiu_etl.flowcli import execute_in_process
+    from feiqiu_etl.runner.launch import execute_in_process
     from feiqiu_etl.pipeline import CancellationToken
     from feiqiu_etl.plan import RunOptions
 

@@ -60,7 +60,7 @@ def test_a_narrowed_gap_stays_random_within_the_narrower_range_and_never_below_t
     clock = FakeClock()
     safe = safe_gaps(DOCUMENTED, share=0.1, seconds=0.3)
     lane = RequestScheduler(clock, pace=Pace(safe, factor))
-    limiter = RateLimiter(5, 20, clock=clock, rng=random.Random(7))
+    limiter = RateLimiter(5, 20, rng=random.Random(7))
     gaps = _gaps(lane, clock, limiter, 400)
     low, high = 3.3 + factor * (5 - 3.3), 3.3 + factor * (20 - 3.3)
     assert min(gaps) >= low - 1e-9 and max(gaps) <= high + 1e-9
@@ -75,26 +75,26 @@ def test_pace_one_changes_nothing_and_a_class_without_a_floor_is_never_narrowed(
     clock, other = FakeClock(), FakeClock()
     plain = RequestScheduler(other)
     paced = RequestScheduler(clock, pace=Pace({"standard": 3.3}, 1.0))
-    a = _gaps(paced, clock, RateLimiter(5, 20, clock=clock, rng=random.Random(3)), 50)
-    b = _gaps(plain, other, RateLimiter(5, 20, clock=other, rng=random.Random(3)), 50)
+    a = _gaps(paced, clock, RateLimiter(5, 20, rng=random.Random(3)), 50)
+    b = _gaps(plain, other, RateLimiter(5, 20, rng=random.Random(3)), 50)
     assert a == b
     clock = FakeClock()
     lane = RequestScheduler(clock, pace=Pace({"standard": 3.3}, 0.0))
-    gaps = _gaps(lane, clock, RateLimiter(5, 6, clock=clock), 20, gap_class="groupbuy")
+    gaps = _gaps(lane, clock, RateLimiter(5, 6), 20, gap_class="groupbuy")
     assert min(gaps) >= 5 - 1e-9
 
 
 def test_a_gap_below_its_floor_is_never_widened():
     clock = FakeClock()
     lane = RequestScheduler(clock, pace=Pace({"standard": 3.3}, 0.0))
-    gaps = _gaps(lane, clock, RateLimiter(0.1, 0.2, clock=clock), 30)  # --unsafe-gaps against a simulator
+    gaps = _gaps(lane, clock, RateLimiter(0.1, 0.2), 30)  # --unsafe-gaps against a simulator
     assert max(gaps) <= 0.2 + 1e-9
 
 
 def test_a_42901_in_this_run_raises_the_floor_above_the_narrowed_gap():
     clock = FakeClock()
     lane = RequestScheduler(clock, pace=Pace({"standard": 3.3}, 0.0))
-    gaps = _gaps(lane, clock, RateLimiter(5, 20, clock=clock), 40, fail={10})
+    gaps = _gaps(lane, clock, RateLimiter(5, 20), 40, fail={10})
     learnt = lane.floor("standard")
     assert learnt == pytest.approx(3.3 + 1.0)  # the gap it had plus the wait the upstream demanded
     assert gaps[:10] == pytest.approx([3.3] * 10)
@@ -110,7 +110,7 @@ def test_never_below_floor_plus_margin_or_a_learnt_floor(floor, share, seconds, 
     assert safe["standard"] == pytest.approx(bound)
     clock = FakeClock()
     lane = RequestScheduler(clock, pace=Pace(safe, factor))
-    gaps = _gaps(lane, clock, RateLimiter(low, low + spread, clock=clock, rng=random.Random(seed)), 12)
+    gaps = _gaps(lane, clock, RateLimiter(low, low + spread, rng=random.Random(seed)), 12)
     # a configured gap at or above the bound is narrowed no lower than the bound; one below it stays as it was
     assert min(gaps) >= min(bound, low) - 1e-6
     assert max(gaps) <= max(low + spread, bound) + 1e-6

@@ -1,7 +1,7 @@
 """Build a :class:`~feiqiu_etl.plan.model.RunPlan` from validated inputs and the warehouse's history.
 
 Pure: no I/O, no clock except ``inputs.windows.now`` and ``started`` (or the times given). For every lane, store
-and task it decides the window segments (explicit, or incremental: resume from the gaps plus the task's look-back,
+and task it decides the window segments (explicit, or incremental: resume from the holes plus the task's look-back,
 docs/upstream-api.md Q13), the horizon to record, the owed details, the re-check budget and an estimate of
 requests and lane seconds (:mod:`.estimates`). A lane with a deadline (``run.deadline``) runs recent data first:
 its incremental tasks are split into parts (:func:`_with_parts`: recent, owed, history newest first), and the
@@ -18,12 +18,12 @@ from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import (Window, local_now, plan_incremental, recent_and_history, split,
                                           split_back)
 from feiqiu_etl.deadline import Deadline
+from feiqiu_etl.estimates import Estimate, plan_estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.plan.estimates import plan_estimate
 from feiqiu_etl.plan.fit import fit_lane, safe_gaps
 from feiqiu_etl.plan.history import EMPTY, PlanHistory, TaskHistory
 from feiqiu_etl.plan.inputs import LaneInput, PlanInputs
-from feiqiu_etl.plan.model import Estimate, LanePlan, RunPlan, TaskPlan
+from feiqiu_etl.plan.model import LanePlan, RunPlan, TaskPlan
 
 DEFAULT_REQUEST_SECONDS = 0.1
 """Assumed time a request holds the lane (latency) before any run measured it."""
@@ -181,7 +181,7 @@ def _with_parts(lane: LanePlan, history: PlanHistory) -> LanePlan:
 def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan, ...]:
     """The recent part (on a first load the snapshot's details moved to the owed part), the owed part (tasks with
     details: what earlier runs owe, the re-checks and those details), one history part per older segment — each
-    estimated on its own windows (:func:`feiqiu_etl.plan.estimates.plan_estimate`)."""
+    estimated on its own windows (:func:`feiqiu_etl.estimates.plan_estimate`)."""
     spec, cfg = task.spec, task.config
 
     def estimate(windows: tuple[Window, ...]) -> Estimate:

@@ -87,7 +87,7 @@ class LaneRunner:
         self.plan = lane
         self.rt = runtime
         self.log = logging.getLogger(f"feiqiu_etl.lane.{lane.name}")
-        self.token = runtime.tasks.cancel_token.child()  # the run's cancel, and this lane's deadline
+        self.cancellation = runtime.tasks.cancellation.child()  # the run's cancel, and this lane's deadline
         self.pace = Pace(lane.safe_gaps) if lane.deadline is not None else None
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
                                           logger=self.log, observer=self._attempt, pace=self.pace)
@@ -104,7 +104,8 @@ class LaneRunner:
         self._finished: float | None = None
         self._deadline: float | None = None  # monotonic
         self._told_narrowing = False
-        self._executor = TaskExecutor(replace(runtime.tasks, cancel_token=self.token), lane.name, runtime.store_log)
+        self._executor = TaskExecutor(replace(runtime.tasks, cancellation=self.cancellation), lane.name,
+                                      runtime.store_log)
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> LaneResult:
@@ -123,7 +124,7 @@ class LaneRunner:
         finally:
             self.client.close()
             self._finished = time.monotonic()
-            self.token.dispose()
+            self.cancellation.dispose()
             self._close_results()
         self.result.reason = self.result.reason or self.scheduler.tripped
         self.result.statistics = self.totals()
@@ -145,7 +146,7 @@ class LaneRunner:
         if plan.deadline is None or plan.deadline_at is None:
             return
         left = (plan.deadline_at - datetime.now(timezone.utc)).total_seconds()
-        self.token.cancel_after(left, "deadline")
+        self.cancellation.cancel_after(left, "deadline")
         fit = fit_lane(plan, max(0.0, left))
         lines = fit.lines(plan.name, plan.until())
         level = logging.INFO if fit.fits and not fit.narrowed else logging.WARNING
@@ -160,7 +161,7 @@ class LaneRunner:
 
     def _update_pace(self, now: float) -> None:
         """Keep the pace that meets the deadline with the work left (called about twice a second)."""
-        if self.pace is None or self._deadline is None or self._finished or self.token.is_cancelled:
+        if self.pace is None or self._deadline is None or self._finished or self.cancellation.is_cancelled:
             return
         left = self._deadline - now
         work, overhead = self._remaining_work()
@@ -182,7 +183,7 @@ class LaneRunner:
     def _close_results(self) -> None:
         """Each store's runs of its parts merged into one per task (plan order); stopped by the deadline, the
         tasks stopped or not started are DEADLINE, and the lane says what was left."""
-        reached = self.token.reason == "deadline" and not self.rt.tasks.cancel_token.is_cancelled
+        reached = self.cancellation.reason == "deadline" and not self.rt.tasks.cancellation.is_cancelled
         left = 0
         for store in self._stores:
             runs: dict[str, list[TaskRun]] = {}
@@ -224,10 +225,10 @@ class LaneRunner:
             store.result.reason = store.refused
 
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
-        if self.token.is_cancelled and self.token.reason == "deadline" \
-                and not self.rt.tasks.cancel_token.is_cancelled:
+        if self.cancellation.is_cancelled and self.cancellation.reason == "deadline" \
+                and not self.rt.tasks.cancellation.is_cancelled:
             return f"deadline {self.plan.deadline} reached: left for the next run", DEADLINE
-        if self.token.is_cancelled:
+        if self.cancellation.is_cancelled:
             return "cancelled before start", CANCELLED
         tripped = self.scheduler.tripped
         if tripped:

@@ -67,15 +67,15 @@ def on_hard_abort(fn: Callable[[], None]):
 
 
 @contextlib.contextmanager
-def signals_cancel(token: CancellationToken) -> Iterator[None]:
-    """First SIGINT/SIGTERM → ``token.cancel()`` (graceful); a second one aborts at once (exit 130), after
+def signals_cancel(cancellation: CancellationToken) -> Iterator[None]:
+    """First SIGINT/SIGTERM → ``cancellation.cancel()`` (graceful); a second one aborts at once (exit 130), after
     running the hard-abort cleanups (the embedded server is stopped; nothing is left running)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if token.is_cancelled:
+        if cancellation.is_cancelled:
             os.write(2, b"\nsecond signal: aborting now\n")
             logging.disable(logging.CRITICAL)  # no "database not answering" from threads as our server stops
             for cleanup in list(_HARD_ABORT):
@@ -86,7 +86,7 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
         # moved the cursor behind it and left two stale display lines), and --log-format json stays JSON.
         logging.getLogger("feiqiu_etl").warning("cancelling: no new requests; writing what was fetched "
                                                 "(signal again to abort)")
-        token.cancel("signal")
+        cancellation.cancel("signal")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -158,7 +158,7 @@ def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
     return open_connection
 
 
-def check_database(dsn: str, token: CancellationToken | None = None, timeout: float = 10.0) -> None:
+def check_database(dsn: str, cancellation: CancellationToken | None = None, timeout: float = 10.0) -> None:
     """Connect once before any request, within ``timeout`` seconds and cancellable: an unreachable or silent
     database is a one-line error (exit 2); a cancel while connecting ends the command (exit 5)."""
     from feiqiu_etl.db.connection import connect, redact_dsn, scrub
@@ -176,7 +176,7 @@ def check_database(dsn: str, token: CancellationToken | None = None, timeout: fl
     worker.start()
     while worker.is_alive():
         worker.join(0.1)
-        if token is not None and token.is_cancelled and worker.is_alive():
+        if cancellation is not None and cancellation.is_cancelled and worker.is_alive():
             raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
     error = outcome.get("error")
     if error is not None:
@@ -200,7 +200,7 @@ def prepare_inputs(options):
 def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     """Prepare the database (DDL, vanished runs → INTERRUPTED), read history and build the plan."""
     from feiqiu_etl.plan import build_plan, read_history
-    from feiqiu_etl.runner import prepare_database
+    from feiqiu_etl.runner.flow_runner import prepare_database
 
     stale = inputs.settings.run.stale_after
     prepare_database(conn, inputs.connector, stale_after=stale)
@@ -214,19 +214,19 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                  progress: bool = True, abortable: bool = True):
     """Validate, start the database if needed (the settings' ``db_dsn``: ``--dsn``, ``$ETL_DB_DSN``, else
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
-    Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
-    from feiqiu_etl.runner import FlowRunner, RunnerWiring
-    from feiqiu_etl.runs.registry import Invocation
+    Returns the :class:`~feiqiu_etl.runner.results.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
+    from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout)
-    token = CancellationToken(timeout=options.timeout)
+    cancellation = CancellationToken(timeout=options.timeout)
     try:
-        with signals_cancel(token), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
-            if token.is_cancelled:
+        with signals_cancel(cancellation), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
+            if cancellation.is_cancelled:
                 raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
-            check_database(real_dsn, token, db_timeout)
+            check_database(real_dsn, cancellation, db_timeout)
             try:
                 with connect(real_dsn) as conn:
                     plan = plan_run(inputs, conn, now=options.now)
@@ -234,7 +234,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                 raise UsageFailure(f"cannot prepare the database: {_db_error(exc, real_dsn)}") from None
             wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable)
             runner = FlowRunner(plan, real_dsn, invocation=Invocation(command=command, args=args or {}),
-                                cancel_token=token, wiring=wiring)
+                                cancellation=cancellation, wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.settings.progress.heartbeat_seconds
@@ -244,7 +244,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 raise DatabaseLost(f"database unavailable: {_db_error(exc, real_dsn)}") from None
     finally:
-        token.dispose()
+        cancellation.dispose()
 
 
 def _db_error(exc: BaseException, dsn: str) -> str:
@@ -254,15 +254,18 @@ def _db_error(exc: BaseException, dsn: str) -> str:
     return scrub(one_line(exc, with_type=False), dsn)
 
 
-def execute_in_process(options, dsn: str | None = None, token: CancellationToken | None = None, *,
-                       command: str = "run", args: dict | None = None, abortable: bool = True, client_factory=None,
-                       heartbeat: float | None = None):
+def execute_in_process(options, dsn: str | None = None, cancellation: CancellationToken | None = None, *,
+                       invocation=None, abortable: bool = True, client_factory=None, heartbeat: float | None = None,
+                       progress: Callable[[str], None] | None = None):
     """Run in this process against an existing database — ``dsn``, else the settings' ``db_dsn`` (``options.dsn``,
     ``$ETL_DB_DSN``) — with no signal handling, no progress display and no embedded server: what tests and
-    orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration, no database or an
-    unreachable one; returns the :class:`~feiqiu_etl.runner.RunResult`."""
-    from feiqiu_etl.runner import FlowRunner, RunnerWiring
-    from feiqiu_etl.runs.registry import Invocation
+    orchestrators (Dagster) call. ``invocation`` (:class:`~feiqiu_etl.registry.Invocation`, default: the
+    command ``run`` without arguments) is what the run's record says started it. ``progress`` receives the lines
+    the CLI prints without a terminal, as they happen (:func:`feiqiu_etl.report.progress_lines`: one per
+    finished task, one per ``progress.heartbeat_seconds``). Raises :class:`UsageFailure` for a bad configuration,
+    no database or an unreachable one; returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
+    from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     dsn = dsn or reveal(inputs.settings.db_dsn)
@@ -271,12 +274,16 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
                            "embedded server")
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout)
-    check_database(dsn, token, db_timeout)
+    check_database(dsn, cancellation, db_timeout)
     with connect(dsn) as conn:
         plan = plan_run(inputs, conn, now=options.now)
     kw = {"client_factory": client_factory} if client_factory is not None else {}
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
                           **kw)
-    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancel_token=token,
-                        wiring=wiring)
-    return runner.run()
+    runner = FlowRunner(plan, dsn, invocation=invocation or Invocation(), cancellation=cancellation, wiring=wiring)
+    if progress is None:
+        return runner.run()
+    from feiqiu_etl.report import progress_lines
+
+    with progress_lines(runner, progress, inputs.settings.progress.heartbeat_seconds):
+        return runner.run()
