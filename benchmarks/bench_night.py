@@ -82,6 +82,7 @@ class Night:
     entries: list[dict]
     minimum: dict[int, dict]
     wall: float
+    began: tuple[float, float] = (0.0, 0.0)  # (time.time(), time.monotonic()) when the command was started
     per_task: dict[int, dict[str, Counter]] = field(default_factory=dict)
 
 
@@ -157,6 +158,7 @@ def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now
            "--no-progress", "--json", "--connector", str(args.connector), *([] if args.dwd else ["--no-dwd"]),
            *(f"--set={k}={v}" for k, v in settings.items()), *args.run_arg, *extra]
     began = time.monotonic()
+    began_wall = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     wall = time.monotonic() - began
     try:
@@ -166,7 +168,7 @@ def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now
     entries = [e for e in admin(base, "/__sim/log") if e["seq"] > after_seq]
     minimum = {site: admin(base, "/__sim/minimum", {"siteId": site, "startTime": fmt(start), "endTime": fmt(now)})
                for site in args.sites}
-    night = Night(label, now, start, result, entries, minimum, wall)
+    night = Night(label, now, start, result, entries, minimum, wall, (began_wall, began))
     for site in args.sites:
         night.per_task[site] = defaultdict(Counter)
     for e in entries:
@@ -283,6 +285,14 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
                      f"{fit.get('seconds_narrowest', 0) / f / 3600:.2f} h at the narrowest (scaled back), pace at the "
                      f"start {fit.get('pace')}, at the end {deadline.get('pace')}; requests left "
                      f"{deadline.get('left_requests', 0)}")
+        # the simulator logs time.monotonic() (one clock for every process of the machine): the deadline's wall time
+        # moved onto it through the moment the command was started
+        at = datetime.fromisoformat(deadline["at"]).timestamp() - night.began[0] + night.began[1]
+        over = t_end - at
+        widest = f * max([PipelineConfig().rate_max,
+                          *((t.pipeline or {}).get("rate_max", 0) for t in load_connector().tasks)])
+        lines.append(f"  the last response {abs(over):.3f} s {'after' if over > 0 else 'before'} the deadline "
+                     f"(= {abs(over) / f:.0f} s scaled back; the widest configured gap is {widest:g} s)")
     lines.append(f"  lane time (first request to last response) {t_end - t0:.1f} s measured = {lane_hours:.2f} h "
                  f"scaled back (÷ {f:g}); the command's wall time {night.wall:.1f} s = {night.wall / f / 3600:.2f} h")
     lines.append(f"  at the default gaps (requests × mean configured gap): {model_seconds / 3600:.2f} h, "
