@@ -136,6 +136,23 @@ def test_a_snapshot_defers_its_details_on_its_first_load_only_and_two_stores_tak
     assert build_plan(_inputs(None), now=NOW, started=START).lanes[0].active_stores == 8
 
 
+def test_a_night_without_owed_details_has_no_owed_part_its_rechecks_come_with_the_recent_data():
+    entry = {"task": "ODS_MEMBER", "site_id": 11, "status": "SUCCESS", "total_requests": 60, "total_fetched": 2050,
+             "detail_fetched": 0, "detail_success": 50, "detail_failure": 0, "owed_details": 0,
+             "recheck": {"budget": 0, "used": 0, "credit": 0.99}}
+    night = {("ODS_MEMBER", s): TaskHistory(runs=({**entry, "site_id": s},), owed_details=owed)
+             for s, owed in ((11, 0), (12, 3))}
+    lane = build_plan(_inputs(sites=(11, 12), tasks=("ODS_MEMBER",)), PlanHistory(night), now=NOW,
+                      started=START).lanes[0]
+    quiet, owing = lane.tasks_of(11)[0], lane.tasks_of(12)[0]
+    assert quiet.recheck_budget >= 1 and [p.phase for p in quiet.parts] == ["recent"]
+    assert quiet.parts[0].recheck_budget == quiet.recheck_budget  # a store whose recent part is done is done
+    assert quiet.estimate.requests == quiet.parts[0].estimate.requests
+    assert [p.phase for p in owing.parts] == ["recent", "owed"]
+    assert owing.parts[1].estimate.detail_requests == 3 and owing.parts[1].recheck_budget == 0
+    assert owing.parts[0].recheck_budget == owing.recheck_budget >= 1
+
+
 def test_without_a_deadline_nothing_changes():
     plan = build_plan(_inputs(None), now=NOW, started=START)
     lane = plan.lanes[0]

@@ -179,9 +179,10 @@ def _with_parts(lane: LanePlan, history: PlanHistory) -> LanePlan:
 
 
 def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan, ...]:
-    """The recent part (on a first load the snapshot's details moved to the owed part), the owed part (tasks with
-    details: what earlier runs owe, the re-checks and those details), one history part per older segment — each
-    estimated on its own windows (:func:`feiqiu_etl.estimates.plan_estimate`)."""
+    """The recent part (with the task's few re-checks; on a first load the snapshot's details moved to the owed
+    part), the owed part (tasks with details owed: by earlier runs, or those the recent part defers; none when
+    nothing is owed, so that a store whose recent part is done is done), one history part per older segment —
+    each estimated on its own windows (:func:`feiqiu_etl.estimates.plan_estimate`)."""
     spec, cfg = task.spec, task.config
 
     def estimate(windows: tuple[Window, ...]) -> Estimate:
@@ -191,13 +192,14 @@ def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan,
     recent = estimate(recent_windows)
     deferred = recent.detail_requests if replace(task, phase="recent").defers_details else 0
     per_request = cfg.gap.mean + latency
-    parts = [replace(task, phase="recent", windows=recent_windows, owed_details=0, recheck_budget=0, parts=(),
-                     estimate=replace(recent, detail_requests=recent.detail_requests - deferred,
-                                      seconds=(recent.requests - deferred) * per_request))]
-    if spec.detail is not None:
-        details = task.owed_details + task.recheck_budget + deferred
-        parts.append(replace(task, phase="owed", windows=(), parts=(),
-                             estimate=Estimate(0, details, details * per_request, recent.basis)))
+    details = recent.detail_requests - deferred + task.recheck_budget
+    parts = [replace(task, phase="recent", windows=recent_windows, owed_details=0, parts=(),
+                     estimate=replace(recent, detail_requests=details,
+                                      seconds=(recent.list_requests + details) * per_request))]
+    owed = task.owed_details + deferred
+    if spec.detail is not None and owed:
+        parts.append(replace(task, phase="owed", windows=(), recheck_budget=0, parts=(),
+                             estimate=Estimate(0, owed, owed * per_request, recent.basis)))
     for window in history:
         parts.append(replace(task, phase="history", windows=(window,), owed_details=0, recheck_budget=0, parts=(),
                              estimate=estimate((window,))))

@@ -71,9 +71,9 @@ class TaskPlan:
 
     A lane with a deadline runs each task in ``parts`` (:data:`feiqiu_etl.plan.fit.PHASES`), each a ``TaskPlan`` of
     its own ``phase``: ``recent`` (the snapshot — on its first load without its details, deferred to the owed part —
-    or the newest windows, ``windows[:recent_windows]`` of the whole task, with their details), ``owed`` (details owed
-    by earlier runs and deferred by the recent part, and the re-checks) and ``history`` (one older window segment
-    each, newest first). A task without parts runs whole (``phase`` ``all``).
+    or the newest windows, ``windows[:recent_windows]`` of the whole task, with their details and the re-checks),
+    ``owed`` (details owed by earlier runs and deferred by the recent part; no such part when none is owed) and
+    ``history`` (one older window segment each, newest first). A task without parts runs whole (``phase`` ``all``).
     """
 
     spec: OdsTaskSpec
