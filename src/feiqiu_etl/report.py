@@ -28,7 +28,7 @@ from feiqiu_etl.textsafe import escape, escape_tree
 
 ERRORS_SHOWN = 3
 STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
-                "INTERRUPTED": "red", "RUNNING": "cyan"}
+                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue"}
 
 
 class SafeConsole(Console):
@@ -150,7 +150,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(table)
         console.print(legend, style="dim")
     for lane in data.get("lanes", []):
-        if lane.get("reason"):
+        if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
             console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), overflow="fold")
         for store in lane.get("stores", []):
             if store.get("reason") and not lane.get("reason"):

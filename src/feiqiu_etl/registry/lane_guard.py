@@ -55,7 +55,7 @@ class LaneBusy(Exception):
                    f"role {h.get('role')})")
         else:
             who = "another session"
-        waited_text = f" after waiting {waited:.0f} s" if waited > 0 else ""
+        waited_text = f" after waiting {waited:.0f} s" if waited >= 0.5 else ""
         super().__init__(f"lane {lane} ({lane_key}) is in use by {who}{waited_text}; the upstream bans a token "
                          "that sends in parallel, so this run does not start it (--wait-for-lane SECONDS waits)")
 

@@ -171,8 +171,8 @@ class FlowRunner:
             try:
                 self.guard.acquire(lane.plan.name, lane.plan.key, wait=self.plan.wait_for_lane,
                                    cancel_event=self.cancellation.event)
-            except LaneBusy as busy:
-                log.error("%s", busy)
+            except LaneBusy as busy:  # not a failure: the run is BUSY (exit 6) if every lane is
+                log.warning("%s", busy)
                 lane.refuse(str(busy), busy=True)
                 continue
             except Exception as exc:  # noqa: BLE001 - Cancelled while waiting, or the database went away

@@ -27,7 +27,7 @@ from feiqiu_etl.pipeline.models import PipelineRequest
 from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler, SchedulerStatistics
 from feiqiu_etl.plan.model import LanePlan, StorePlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
-from feiqiu_etl.runner.results import CANCELLED, FAILED, LaneResult, StoreResult
+from feiqiu_etl.runner.results import BUSY, CANCELLED, FAILED, LaneResult, StoreResult
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
                                    TaskStatistics)
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
@@ -100,7 +100,8 @@ class LaneRunner:
         """Do not run this lane at all (e.g. another process holds it): every task is reported not run."""
         self.result.reason, self.result.busy = reason, busy
         for store in self._stores:
-            store.result.tasks = [TaskRun.not_run(t, reason, FAILED, self.plan.name)
+            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, BUSY if busy else FAILED,
+                                                  self.plan.name)
                                   for t in self.plan.tasks_of(store.plan.site_id)]
         self.client.close()
         return self.result

@@ -14,7 +14,7 @@ from feiqiu_etl.formats import duration as _duration
 
 ZONE = ZoneInfo(SESSION_TIME_ZONE)
 STATUS_CLASSES = {"RUNNING": "running", "SUCCESS": "success", "PARTIAL": "partial", "FAILED": "failed",
-                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted"}
+                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted", "BUSY": "busy"}
 
 
 def _missing(value: Any) -> bool:
