@@ -23,6 +23,8 @@ from typing import Callable
 
 import psycopg
 
+from feiqiu_etl.formats import when
+
 from feiqiu_etl.registry import HOST
 
 log = logging.getLogger("feiqiu_etl.lane_guard")
@@ -49,7 +51,7 @@ class LaneBusy(Exception):
         h = self.holder
         if h.get("run_id"):
             who = (f"run {h.get('run_id')} (host {h.get('host')}, pid {h.get('pid')}, since "
-                   f"{h['acquired_at']:%Y-%m-%d %H:%M:%S %Z})")
+                   f"{when(h['acquired_at'])})")
         elif h.get("backend_pid"):
             who = (f"a database session that is no feiqiu-etl run (PostgreSQL backend pid {h['backend_pid']}, "
                    f"role {h.get('role')})")
