@@ -114,7 +114,7 @@ def test_prune_removes_old_logs_and_timelines_and_leaves_every_ods_dwd_row(pg_ds
 
 
 def test_bad_durations_are_one_line_and_exit_2(pg_dsn):
-    for bad in ("90", "ninety days", "0d", "-5d", "12x", ""):
+    for bad in ("90", "0d"):  # the others: tests/unit/test_retention_durations.py
         proc = cli("runs", "prune", "--older-than", bad, "--dsn", pg_dsn)
         assert proc.returncode == 2, (bad, proc.stdout, proc.stderr)
         assert "--older-than" in one_line_error(proc)
