@@ -45,7 +45,9 @@ def runs_prune(older_than, records, dsn, demo, as_json, verbose, log_format) -> 
     if as_json:
         echo_json(result.to_dict())
         return
-    cutoff = result.cutoff.isoformat(timespec="seconds") if result.cutoff else "?"
+    from feiqiu_etl.formats import when
+
+    cutoff = when(result.cutoff)
     if not result.runs:
         click.echo(f"nothing to prune: no finished run ended before {cutoff}")
         return

@@ -67,9 +67,10 @@ class PruneResult:
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
+        """The figures for ``--json`` (``cutoff`` stays a datetime: ``registry.jsonable`` writes it)."""
         return {"runs": self.runs, "records": self.records, "log_rows": self.log_rows,
                 "request_rows": self.request_rows, "alert_rows": self.alert_rows,
-                "cutoff": self.cutoff.isoformat() if self.cutoff else None, "complete": self.complete,
+                "cutoff": self.cutoff, "complete": self.complete,
                 "seconds": round(self.seconds, 3)}
 
 
