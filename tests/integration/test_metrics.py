@@ -57,6 +57,9 @@ def test_metrics_are_behind_the_token_and_match_the_runs(pg_dsn):
         assert wrong.status_code == 401 and "feiqiu_etl_" not in wrong.text
         answer = httpx.get(f"{web.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         scraped_at = time.time()
+        counted = httpx.get(f"{web.url}/api/statistics", headers={"Authorization": f"Bearer {TOKEN}"},
+                            timeout=10).json()["metrics"]
+    assert counted["scrapes"] == 1 and counted["failed"] == 0 and 0 < counted["last_read_s"] < 5
     assert answer.status_code == 200, answer.text[:300]
     assert answer.headers["content-type"].startswith("text/plain; version=")
     got = samples(answer.text)

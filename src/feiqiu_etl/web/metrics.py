@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
+import threading
+import time
+from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Iterator
 
 import psycopg
@@ -196,28 +198,62 @@ def families(s: MetricsSnapshot) -> list[Metric]:
     return out
 
 
+@dataclass(frozen=True)
+class CollectorStatistics:
+    """Scrapes served, scrapes that failed (the database: 503), and the seconds the last read took."""
+
+    scrapes: int = 0
+    failed: int = 0
+    last_read_s: float | None = None
+
+
 class RegistryCollector(Collector):
     """The custom collector: ``connection()`` lends a database connection (the web page's pool); ``read`` turns
-    it into a :class:`MetricsSnapshot` (default: :func:`read_snapshot` with the server's settings)."""
+    it into a :class:`MetricsSnapshot` (e.g. :func:`read_snapshot` with the server's settings). Thread-safe
+    (Starlette serves each scrape from its thread pool)."""
 
     def __init__(self, connection: Callable[[], ContextManager[psycopg.Connection]],
                  read: Callable[[psycopg.Connection], MetricsSnapshot]):
         self._connection = connection
         self._read = read
+        self._lock = threading.Lock()
+        self._stats = CollectorStatistics()
 
     def collect(self) -> Iterator[Metric]:
-        with self._connection() as conn:
-            snapshot = self._read(conn)
+        began = time.monotonic()
+        try:
+            with self._connection() as conn:
+                snapshot = self._read(conn)
+        except Exception:
+            with self._lock:
+                self._stats = replace(self._stats, failed=self._stats.failed + 1)
+            raise
+        with self._lock:
+            self._stats = replace(self._stats, scrapes=self._stats.scrapes + 1,
+                                  last_read_s=round(time.monotonic() - began, 4))
         yield from families(snapshot)
 
+    def statistics(self) -> CollectorStatistics:
+        with self._lock:
+            return self._stats
 
-def exposition(connection: Callable[[], ContextManager[psycopg.Connection]], settings,
-               timeout_s: float = DEFAULT_TIMEOUT) -> Callable[[], bytes]:
-    """A function that renders ``/metrics`` for the web server's ``settings`` (connector, schedule, stale
-    hours) from connections lent by ``connection``: a :class:`CollectorRegistry` holding only our collector."""
-    schedule = settings.schedule or Schedule.everything(settings.task_codes)
-    collector = RegistryCollector(connection, lambda conn: read_snapshot(
-        conn, connector=settings.connector, schedule=schedule, stale_hours=settings.stale_hours, timeout_s=timeout_s))
-    registry_ = CollectorRegistry(auto_describe=False)
-    registry_.register(collector)
-    return lambda: generate_latest(registry_)
+
+class MetricsEndpoint:
+    """What ``/metrics`` serves for the web server's ``settings`` (connector, schedule, stale hours), from
+    connections lent by ``connection``: a :class:`CollectorRegistry` holding only a :class:`RegistryCollector`."""
+
+    def __init__(self, connection: Callable[[], ContextManager[psycopg.Connection]], settings,
+                 timeout_s: float = DEFAULT_TIMEOUT):
+        schedule = settings.schedule or Schedule.everything(settings.task_codes)
+        self.collector = RegistryCollector(connection, lambda conn: read_snapshot(
+            conn, connector=settings.connector, schedule=schedule, stale_hours=settings.stale_hours,
+            timeout_s=timeout_s))
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(self.collector)
+
+    def render(self) -> bytes:
+        """The exposition, read now. Raises psycopg (and pool) errors."""
+        return generate_latest(self._registry)
+
+    def statistics(self) -> CollectorStatistics:
+        return self.collector.statistics()

@@ -241,7 +241,7 @@ def metrics(request: Request) -> Response:
     same access rules as every page: Prometheus sends ``Authorization: Bearer``)."""
     from feiqiu_etl.web.metrics import CONTENT_TYPE
 
-    return Response(_state(request).metrics(), media_type=CONTENT_TYPE)
+    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 def api_csrf(request: Request) -> Response:
@@ -250,10 +250,12 @@ def api_csrf(request: Request) -> Response:
 
 
 def api_statistics(request: Request) -> Response:
-    """``GET /api/statistics``: counters of the live feed, of access control and of the connection pool."""
+    """``GET /api/statistics``: counters of the live feed, of access control, of ``/metrics`` and of the
+    connection pool."""
     web = _state(request)
     stats = web.pool.get_stats()
     return _json({"feed": asdict(web.feed.statistics()), "security": asdict(web.security.statistics()),
+                  "metrics": asdict(web.metrics.statistics()),
                   "pool": {k: stats.get(k) for k in ("pool_size", "pool_available", "requests_num",
                                                      "requests_waiting", "connections_errors")}})
 
