@@ -5,6 +5,8 @@ a run's timeline was pruned."""
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -113,11 +115,27 @@ def test_prune_removes_old_logs_and_timelines_and_leaves_every_ods_dwd_row(pg_ds
     assert left == {running, recent}
 
 
+def test_retention_at_the_end_of_a_run_never_raises(caplog):
+    from feiqiu_etl.registry.retention import prune_after_run
+
+    def unreachable(dsn):
+        raise psycopg.OperationalError("connection refused")
+
+    began = time.monotonic()
+    assert prune_after_run("postgresql://etl@127.0.0.1:1/x", 90, connect=unreachable) is None
+    assert prune_after_run("postgresql://etl@127.0.0.1:1/x", 0, connect=unreachable) is None  # off: not even tried
+    assert time.monotonic() - began < 1
+    warned = [r.getMessage() for r in caplog.records if r.name == "feiqiu_etl.retention"]
+    assert warned == ["retention: could not prune runs older than 90 days: OperationalError: connection refused"], warned
+
+
 def test_bad_durations_are_one_line_and_exit_2(pg_dsn):
     for bad in ("90", "0d"):  # the others: tests/unit/test_retention_durations.py
         proc = cli("runs", "prune", "--older-than", bad, "--dsn", pg_dsn)
         assert proc.returncode == 2, (bad, proc.stdout, proc.stderr)
         assert "--older-than" in one_line_error(proc)
+    off = cli("runs", "prune", "--dsn", pg_dsn, env={**os.environ, "RUN_RETENTION_DAYS": "0"})
+    assert off.returncode == 2 and "retention is off (run.retention_days = 0)" in one_line_error(off)
 
 
 def test_a_run_prunes_runs_past_retention_days_at_its_end_and_0_keeps_them(pg_dsn):

@@ -125,14 +125,15 @@ def prune(conn: psycopg.Connection, older_than: timedelta, *, records: bool = Fa
 def prune_after_run(dsn: str, retention_days: float, *, connect: Callable[[str], psycopg.Connection],
                     budget_s: float = 5.0) -> PruneResult | None:
     """``run.retention_days`` at the end of a run: prune runs older than that many days (0: keep forever,
-    None returned). Never raises and never takes much longer than ``budget_s`` seconds (statements are
-    limited to it too): a failure is one WARNING line, and what is left is pruned after the next run."""
+    None returned), in batches of 20 runs; no batch starts after ``budget_s`` seconds and each statement may
+    take ``budget_s / 2`` seconds. Never raises: a failure is one WARNING line, and what is left is pruned after
+    the next run."""
     if not retention_days or retention_days <= 0:
         return None
     try:
         with connect(dsn) as conn:
-            result = prune(conn, timedelta(days=retention_days), budget_s=budget_s,
-                           statement_timeout_s=max(0.5, budget_s))
+            result = prune(conn, timedelta(days=retention_days), budget_s=budget_s, batch=20,
+                           statement_timeout_s=max(0.5, budget_s / 2))
     except Exception as exc:  # noqa: BLE001 - retention must never fail a run
         log.warning("retention: could not prune runs older than %g days: %s", retention_days, one_line(exc))
         return None
