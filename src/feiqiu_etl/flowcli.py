@@ -21,6 +21,7 @@ import psycopg
 
 from feiqiu_etl.config import ConfigError
 from feiqiu_etl.config.settings import reveal
+from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.pipeline.cancellation import CancellationToken
@@ -135,8 +136,9 @@ def _reviving(server: Any):
     return _listed(_REVIVE, server)
 
 
-def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
-    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions. When a
+def connector_for(timeout: float, limits=None) -> Callable[[str], psycopg.Connection]:
+    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions (with ``limits``, a
+    :class:`~feiqiu_etl.db.connection.DbLimits`: the run's session limits and TCP keepalives too). When a
     connection fails and an embedded server this process started has died (kill -9), that server is started
     again first, so ``DatabaseHealth``'s reconnect finds it (the run goes on instead of waiting out
     ``db.unavailable_limit``)."""
@@ -144,7 +146,7 @@ def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
 
     def open_connection(dsn: str) -> psycopg.Connection:
         try:
-            return connect(dsn, connect_timeout=timeout)
+            return connect(dsn, connect_timeout=timeout, limits=limits)
         except psycopg.OperationalError:
             revived = False
             for server in list(_REVIVE):
@@ -152,7 +154,7 @@ def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
                     revived = server.revive() or revived
             if not revived:
                 raise
-            return connect(dsn, connect_timeout=timeout)
+            return connect(dsn, connect_timeout=timeout, limits=limits)
 
     return open_connection
 
@@ -217,7 +219,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
-    connect = connector_for(db_timeout)
+    connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     token = CancellationToken(timeout=options.timeout)
     try:
         with signals_cancel(token), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
@@ -264,7 +266,7 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
         raise UsageFailure("no database: set ETL_DB_DSN (or pass a DSN); a run in this process never starts an "
                            "embedded server")
     db_timeout = inputs.settings.db.connect_timeout
-    connect = connector_for(db_timeout)
+    connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     check_database(dsn, token, db_timeout)
     with connect(dsn) as conn:
         plan = plan_run(inputs, conn, now=options.now)

@@ -81,7 +81,7 @@ class FlowRunner:
         self._connect = connect or db_connect
         self.heartbeat = heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
-        self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit, cancel_event=self.token.event,
+        self.health = DatabaseHealth(dsn, self._connect, limits=plan.db, cancel_event=self.token.event,
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         runtime = LaneRuntime(dsn=dsn, run_id=self.run_id, token=self.token, rules=envelope_rules(plan.connector),
                               conventions=ApiConventions.of(plan.connector),
@@ -144,6 +144,7 @@ class FlowRunner:
             self._record_end()
             logging.getLogger("feiqiu_etl").removeHandler(handler)
             self.guard.release()
+            self.health.close()
         from feiqiu_etl.alerts import after_run  # bounded by alerts.timeout_seconds; never raises
 
         self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._connect)

@@ -91,9 +91,10 @@ def parent_key(value: Any) -> str:
 
 @dataclass
 class OdsWriter:
-    """``write_fn`` for one task and site. Owns no connection: ``conn`` is used only by the writer thread."""
+    """``write_fn`` for one task and site. Owns no connection: each operation :meth:`bind`-s the connection it
+    checked out of the run's pool (``conn`` is used only by the writer thread)."""
 
-    conn: psycopg.Connection
+    conn: psycopg.Connection | None
     spec: OdsTaskSpec
     layouts: dict[str, TableLayout]
     run_id: str
