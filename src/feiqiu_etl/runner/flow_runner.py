@@ -115,7 +115,7 @@ class FlowRunner:
         warm_up()
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
-        self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect)
+        self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
         self.control = RunControl(self.dsn, self.run_id, self.token, snapshot=self.snapshot, connect=self._connect,
                                   interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost).start()
         try:
@@ -151,21 +151,20 @@ class FlowRunner:
         return self.result
 
     def _take_lanes(self) -> list[LaneRunner]:
-        """Acquire every lane's cross-process guard; a lane held elsewhere is refused (the others run)."""
+        """Acquire every lane's cross-process guard, all together (a lane held elsewhere is refused, or waited
+        for up to ``wait_for_lane`` while the others are tried too); the others run."""
+        outcome = self.guard.acquire_all([(lane.plan.name, lane.plan.key) for lane in self.lanes],
+                                         wait=self.plan.wait_for_lane, cancel_event=self.token.event)
         out = []
         for lane in self.lanes:
-            try:
-                self.guard.acquire(lane.plan.name, lane.plan.key, wait=self.plan.wait_for_lane,
-                                   cancel_event=self.token.event)
-            except LaneBusy as busy:
-                log.error("%s", busy)
-                lane.refuse(str(busy), busy=True)
-                continue
-            except Exception as exc:  # noqa: BLE001 - Cancelled while waiting, or the database went away
-                reason = "cancelled while waiting for the lane" if self.token.is_cancelled else _one_line(exc)
-                lane.refuse(reason)
-                continue
-            out.append(lane)
+            refused = outcome.get(lane.plan.name)
+            if isinstance(refused, LaneBusy):
+                log.error("%s", refused)
+                lane.refuse(str(refused), busy=True)
+            elif refused is not None:  # Cancelled while waiting, or the database went away
+                lane.refuse("cancelled while waiting for the lane" if self.token.is_cancelled else _one_line(refused))
+            else:
+                out.append(lane)
         return out
 
     def _db_down(self, reason: str) -> None:
