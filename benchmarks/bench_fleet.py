@@ -58,13 +58,13 @@ def concurrency(server: EmbeddedPostgres, home: Path) -> None:
         result = execute_in_process(_options(sim, _fleet(home / "fleet.yaml", LANES), 2), server.dsn("bench_fleet"))
         wall = time.monotonic() - started
         log = sim.request_log()
-    seconds = {lane.name: lane.statistics["seconds"] for lane in result.lanes}
+    seconds = {lane.name: lane.statistics.seconds for lane in result.lanes}
     print(f"concurrency: status {result.status}, {len(log)} requests, {len(sites)} stores in {len(LANES)} lanes")
     for lane in result.lanes:
         mine = sorted((e for e in log if e.site_id in LANES[lane.name]), key=lambda e: e.started)
         overlaps = sum(1 for a, b in zip(mine, mine[1:]) if b.started < a.ended)
         rejected = sum(1 for e in mine if e.outcome == "rejected")
-        print(f"  lane {lane.name}: {len(lane.stores)} stores, {lane.statistics['requests_sent']} requests, "
+        print(f"  lane {lane.name}: {len(lane.stores)} stores, {lane.statistics.requests_sent} requests, "
               f"{seconds[lane.name]:.1f} s, overlaps {overlaps}, rejections {rejected}")
     slowest, total = max(seconds.values()), sum(seconds.values())
     print(f"  wall {wall:.1f} s; slowest lane {slowest:.1f} s; sum of lanes {total:.1f} s; "

@@ -29,7 +29,7 @@ from feiqiu_etl.connector.windows import fmt  # noqa: E402
 from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database, temporary_server  # noqa: E402
 from feiqiu_etl.flowcli import connector_for, plan_run, prepare_inputs  # noqa: E402
 from feiqiu_etl.plan import RunOptions  # noqa: E402
-from feiqiu_etl.runner import FlowRunner  # noqa: E402
+from feiqiu_etl.runner import FlowRunner, RunnerWiring  # noqa: E402
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig  # noqa: E402
 
 ANCHOR = datetime(2024, 3, 4)
@@ -49,15 +49,15 @@ def eta_errors(sim: Simulator, dsn: str) -> dict:
     inputs = prepare_inputs(opts)
     with connector_for(10)(dsn) as conn:
         plan = plan_run(inputs, conn)
-    runner = FlowRunner(plan, dsn, heartbeat=0.5)
+    runner = FlowRunner(plan, dsn, wiring=RunnerWiring(heartbeat=0.5))
     samples: list[tuple[float, float]] = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.25):
-            snap = runner.snapshot()
-            if snap["phase"] == "ods":
-                samples.append((time.monotonic(), snap["eta_s"]))
+            snap = runner.statistics()
+            if snap.phase == "ods":
+                samples.append((time.monotonic(), snap.eta_s))
 
     thread = threading.Thread(target=sample, daemon=True)
     started = time.monotonic()

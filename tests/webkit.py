@@ -148,7 +148,7 @@ def seed_run(conn, run_id: str, *, status: str = "SUCCESS", started_at=None, sec
     from feiqiu_etl.runs import registry
 
     started_at = started_at or datetime.now(timezone.utc) - timedelta(seconds=seconds)
-    registry.start_run(conn, run_id, command="run", args={"token": "***"}, config={}, lanes=["default"],
+    registry.start_run(conn, registry.Invocation(run_id, "run", {"token": "***"}), config={}, lanes=["default"],
                        stores=stores, tasks=tasks, started_at=started_at)
     if log:
         registry.append_log(conn, run_id, log)
@@ -157,8 +157,8 @@ def seed_run(conn, run_id: str, *, status: str = "SUCCESS", started_at=None, sec
     if status != "RUNNING":
         registry.finish_run(conn, run_id, status=status, exit_code={"SUCCESS": 0, "PARTIAL": 3, "FAILED": 4,
                                                                     "CANCELLED": 5}.get(status, 4),
-                            summary=summary, error=error, rows_written=rows, requests=n_requests,
-                            rejections=rejections, errors=errors)
+                            summary=summary, error=error, totals={"rows_written": rows, "requests": n_requests,
+                                                                  "rejections": rejections, "errors": errors})
         conn.execute("UPDATE etl_meta.run SET finished_at = started_at + make_interval(secs => %s) "
                      "WHERE run_id = %s", (seconds, run_id))
         conn.commit()

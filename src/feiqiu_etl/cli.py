@@ -20,6 +20,7 @@ import click
 from feiqiu_etl import logs
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
 from feiqiu_etl.config.settings import flags as setting_flags
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.flowcli import UsageFailure, database
 from feiqiu_etl.textsafe import escape, terminal_json
 
@@ -461,7 +462,7 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
         except StatementTimeout as exc:
             raise UsageFailure(str(exc)) from None
         except psycopg.Error as exc:
-            raise UsageFailure(scrub(" ".join(str(exc).split()), real_dsn)) from None
+            raise UsageFailure(scrub(one_line(exc, None, with_type=False), real_dsn)) from None
     columns, rows = result.columns, result.rows
     if as_json:
         click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
@@ -547,7 +548,7 @@ def entry() -> None:
         from feiqiu_etl import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
-        text = escape(" ".join(str(exc).split())[:400] or exc.__class__.__name__)
+        text = escape(one_line(exc, 400, with_type=False))
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):

@@ -24,6 +24,7 @@ from feiqiu_etl.config.settings import reveal
 from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.db.health import DatabaseUnavailable
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
 
@@ -123,7 +124,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
             except EmbeddedServerError as exc:
                 raise UsageFailure(str(exc)) from None
             except psycopg.Error as exc:
-                raise UsageFailure(f"embedded PostgreSQL: {' '.join(str(exc).split())}") from None
+                raise UsageFailure(f"embedded PostgreSQL: {one_line(exc, None, with_type=False)}") from None
             yield real_dsn
     finally:
         server.stop()
@@ -181,7 +182,7 @@ def check_database(dsn: str, token: CancellationToken | None = None, timeout: fl
             raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
     error = outcome.get("error")
     if error is not None:
-        reason = scrub(" ".join(str(error).split()) or error.__class__.__name__, dsn)
+        reason = scrub(one_line(error, None, with_type=False), dsn)
         raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}")
     version = outcome.get("version", 0)
     if version < 130000:
@@ -215,7 +216,8 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
     """Validate, start the database if needed (the settings' ``db_dsn``: ``--dsn``, ``$ETL_DB_DSN``, else
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
     Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
-    from feiqiu_etl.runner import FlowRunner
+    from feiqiu_etl.runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.runs.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
@@ -230,9 +232,10 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                 with connect(real_dsn) as conn:
                     plan = plan_run(inputs, conn, now=options.now)
             except psycopg.Error as exc:
-                raise UsageFailure(f"cannot prepare the database: {_one_line(exc, real_dsn)}") from None
-            runner = FlowRunner(plan, real_dsn, cancel_token=token, command=command, args=args or {},
-                                connect=connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable)
+                raise UsageFailure(f"cannot prepare the database: {_db_error(exc, real_dsn)}") from None
+            wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable)
+            runner = FlowRunner(plan, real_dsn, invocation=Invocation(command=command, args=args or {}),
+                                cancel_token=token, wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.settings.progress.heartbeat_seconds
@@ -240,15 +243,16 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                 with live_progress(runner, enabled=progress, heartbeat=heartbeat):
                     return runner.run()
             except (psycopg.Error, DatabaseUnavailable) as exc:
-                raise DatabaseLost(f"database unavailable: {_one_line(exc, real_dsn)}") from None
+                raise DatabaseLost(f"database unavailable: {_db_error(exc, real_dsn)}") from None
     finally:
         token.dispose()
 
 
-def _one_line(exc: BaseException, dsn: str) -> str:
+def _db_error(exc: BaseException, dsn: str) -> str:
+    """The database error on one line, the DSN's password scrubbed."""
     from feiqiu_etl.db.connection import scrub
 
-    return scrub(" ".join(str(exc).split())[:300] or exc.__class__.__name__, dsn)
+    return scrub(one_line(exc, with_type=False), dsn)
 
 
 def execute_in_process(options, dsn: str | None = None, token: CancellationToken | None = None, *,
@@ -258,7 +262,8 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
     ``$ETL_DB_DSN``) — with no signal handling, no progress display and no embedded server: what tests and
     orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration, no database or an
     unreachable one; returns the :class:`~feiqiu_etl.runner.RunResult`."""
-    from feiqiu_etl.runner import FlowRunner
+    from feiqiu_etl.runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.runs.registry import Invocation
 
     inputs = prepare_inputs(options)
     dsn = dsn or reveal(inputs.settings.db_dsn)
@@ -271,7 +276,8 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
     with connect(dsn) as conn:
         plan = plan_run(inputs, conn, now=options.now)
     kw = {"client_factory": client_factory} if client_factory is not None else {}
-    runner = FlowRunner(plan, dsn, cancel_token=token, command=command, args=args or {}, connect=connect,
-                        heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds,
-                        abortable=abortable, **kw)
+    wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
+                          **kw)
+    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancel_token=token,
+                        wiring=wiring)
     return runner.run()

@@ -1,7 +1,9 @@
 """Human-readable output with rich: the run summary, the live progress display, plans, run history.
 
-Everything here reads plain dicts (``RunResult.to_dict()``, a live snapshot, registry rows), so the CLI,
-``show`` and the progress display agree. Tables fit 80 columns; long texts fold instead of being cut.
+Results and history are read as the dicts the CLI prints with ``--json`` (``RunResult.to_dict()``, registry
+rows); the live status as the typed :class:`~feiqiu_etl.statistics.RunStatistics` — from the runner itself
+(progress display) or read back from the registry (``status``, ``show``) — so the CLI, ``show`` and the
+progress display agree. Tables fit 80 columns; long texts fold instead of being cut.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
+from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
 
 ERRORS_SHOWN = 3
@@ -237,76 +240,84 @@ def render_tasks(connector: str, rows: list[dict], console: Console | None = Non
 
 
 # ----------------------------------------------------------------------------------------------- live display
-def lane_lines(lane: dict) -> list[Text]:
+def lane_lines(lane: LaneStatistics) -> list[Text]:
     """Three lines per lane (80 columns): the request now; why the next one waits, rows and ETA; counts."""
-    cur = lane.get("current") or {}
-    if lane.get("state") == "finished":
+    cur = lane.current
+    if lane.state == "finished":
         now = "finished"
-    elif cur:
-        request = cur.get("request") or ""
+    elif cur is not None:
+        request = cur.request or ""
         head, sep, ident = request.rpartition(" id ")
         if sep and len(ident) > 8:
             request = f"{head} id …{ident[-7:]}"
-        now = f"{cur.get('task')} @{str(cur.get('site_id'))[-4:]} {request}"
+        now = f"{cur.task} @{str(cur.site_id)[-4:]} {request}"
     else:
-        now = lane.get("state", "")
-    if lane.get("tripped"):
-        wait, style = f"stopped: {lane['tripped']}", "red"
-    elif lane.get("wait_reason") == "banned":
-        wait, style = f"banned by upstream: waiting {lane['next_due_in']:.0f} s (42902)", "red"
-    elif lane.get("wait_reason"):
-        wait, style = f"next in {lane['next_due_in']:.1f} s ({lane['wait_reason']})", ""
-    elif cur.get("in_flight"):
+        now = lane.state
+    if lane.tripped:
+        wait, style = f"stopped: {lane.tripped}", "red"
+    elif lane.wait_reason == "banned":
+        wait, style = f"banned by upstream: waiting {lane.next_due_in:.0f} s (42902)", "red"
+    elif lane.wait_reason:
+        wait, style = f"next in {lane.next_due_in:.1f} s ({lane.wait_reason})", ""
+    elif cur is not None and cur.in_flight:
         wait, style = "request in flight", ""
-    elif lane.get("state") == "finished":
+    elif lane.state == "finished":
         wait, style = "done", ""
     else:
         wait, style = "working", ""
-    first = Text(f"{lane['name']}: ", style="bold")
+    first = Text(f"{lane.name}: ", style="bold")
     first.append(now)
     second = Text("  ")
     second.append(wait, style=style)
-    if lane.get("state") == "finished":
-        second.append(f" · {lane['rows_written']:,} rows")
+    if lane.state == "finished":
+        second.append(f" · {lane.rows_written:,} rows")
     else:
-        second.append(f" · {lane['rows_written']:,} rows {lane['rows_per_s']:.0f}/s · ETA "
-                      f"{duration(lane.get('eta_s'))}")
-    q = lane.get("queues", {})
-    rejected = lane["throttled"] + lane["banned"]
-    third = Text(f"  tasks {lane['tasks_done']}/{lane['tasks']} · req {lane['requests_sent']} ({rejected} rejected) · "
-                 f"left ~{lane['requests_remaining']} · queued {q.get('frontier', 0)} req/{q.get('processing', 0)} "
-                 f"proc/{q.get('write', 0)} write", style="dim")
+        second.append(f" · {lane.rows_written:,} rows {lane.rows_per_s:.0f}/s · ETA {duration(lane.eta_s)}")
+    q = lane.queues
+    rejected = lane.throttled + lane.banned
+    third = Text(f"  tasks {lane.tasks_done}/{lane.tasks} · req {lane.requests_sent} ({rejected} rejected) · "
+                 f"left ~{lane.requests_remaining} · queued {q.frontier} req/{q.processing} proc/{q.write} write",
+                 style="dim")
     for line in (first, second, third):
         line.no_wrap = True
         line.overflow = "ellipsis"
     return [first, second, third]
 
 
-def progress_view(snapshot: dict) -> Group:
-    """The whole live display: a header line and two lines per lane."""
-    snapshot = escape_tree(snapshot)
-    head = Text(f"run {snapshot['run_id']} · {snapshot['phase']} · {snapshot['tasks_done']}/{snapshot['tasks']} "
-                f"tasks · {snapshot['rows_written']:,} rows · ETA {duration(snapshot.get('eta_s'))}", style="bold")
-    if snapshot.get("cancelling"):
+def progress_view(run: RunStatistics) -> Group:
+    """The whole live display: a header line and three lines per lane (every text escaped for the terminal)."""
+    run = RunStatistics.from_dict(escape_tree(run.to_dict()))
+    head = Text(f"run {run.run_id} · {run.phase} · {run.tasks_done}/{run.tasks} tasks · {run.rows_written:,} rows "
+                f"· ETA {duration(run.eta_s)}", style="bold")
+    if run.cancelling:
         head.append(" · cancelling", style="magenta")
     head.no_wrap, head.overflow = True, "ellipsis"
     lines: list[Text] = [head]
-    for lane in snapshot.get("lanes", []):
+    for lane in run.lanes:
         lines.extend(lane_lines(lane))
     return Group(*lines)
 
 
-def heartbeat_line(snapshot: dict) -> str:
+def recorded_live(live: Any) -> RunStatistics | None:
+    """The live status a registry row holds (``etl_meta.run.live``) as :class:`RunStatistics`; None when there is
+    none or it is not one (``{"error": …}`` from a snapshot that failed)."""
+    if not isinstance(live, dict):
+        return None
+    try:
+        return RunStatistics.from_dict(live)
+    except ValueError:
+        return None
+
+
+def heartbeat_line(run: RunStatistics) -> str:
     """One plain line of life for logs without a terminal (cron): progress, the current request, ETA."""
-    lanes = snapshot.get("lanes", [])
     parts = []
-    for lane in lanes:
-        cur = lane.get("current") or {}
-        what = f"{cur.get('task')} {cur.get('request') or ''}".strip() if cur else lane.get("state", "")
-        parts.append(f"{lane['name']}: {what}; {lane['requests_sent']} req, {lane['rows_written']} rows")
-    return (f"[progress] run {snapshot['run_id']}: {snapshot['phase']}, {snapshot['tasks_done']}/{snapshot['tasks']} "
-            f"tasks, {snapshot['rows_written']} rows ({snapshot['rows_per_s']:.0f}/s), ETA "
-            f"{duration(snapshot.get('eta_s'))}; " + " | ".join(parts))
+    for lane in run.lanes:
+        cur = lane.current
+        what = f"{cur.task} {cur.request or ''}".strip() if cur is not None else lane.state
+        parts.append(f"{lane.name}: {what}; {lane.requests_sent} req, {lane.rows_written} rows")
+    return (f"[progress] run {run.run_id}: {run.phase}, {run.tasks_done}/{run.tasks} tasks, {run.rows_written} rows "
+            f"({run.rows_per_s:.0f}/s), ETA {duration(run.eta_s)}; " + " | ".join(parts))
 
 
 def task_line(index: int, total: int, run) -> str:
@@ -354,11 +365,11 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
         yield
         return
     if console.is_terminal:
-        with Live(progress_view(runner.snapshot()), console=console, transient=True, refresh_per_second=4,
+        with Live(progress_view(runner.statistics()), console=console, transient=True, refresh_per_second=4,
                   redirect_stderr=False) as live:
             logs.attach_console(console)
             try:
-                with _every(0.5, lambda: live.update(progress_view(runner.snapshot()))):
+                with _every(0.5, lambda: live.update(progress_view(runner.statistics()))):
                     yield
             finally:
                 logs.attach_console(None)
@@ -375,7 +386,7 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
             logs.progress_line(task_line(printed, total, run), console)
         if heartbeat > 0 and time.monotonic() - last_beat >= heartbeat:
             last_beat = time.monotonic()
-            logs.progress_line(heartbeat_line(runner.snapshot()), console)
+            logs.progress_line(heartbeat_line(runner.statistics()), console)
 
     with _every(0.5, report):
         yield
@@ -488,8 +499,8 @@ def render_show(run: dict, console: Console | None = None) -> None:
                               style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
                 console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
-    live = run.get("live")
-    if live:
+    live = recorded_live(run.get("live"))
+    if live is not None:
         console.print(progress_view(live))
     log = run.get("log") or []
     if log:
@@ -508,11 +519,11 @@ def render_status(runs: list[dict], console: Console | None = None) -> None:
         console.print("no run is in progress")
         return
     for r in runs:
-        live = r.get("live") or {}
+        live = recorded_live(r.get("live"))
         console.print(Text.assemble(f"run {r['run_id']} ", _status("RUNNING"),
                                     f" for {duration(r.get('duration'))} on {r.get('host')} pid {r.get('pid')}, "
                                     f"heartbeat {r.get('heartbeat_age') or 0:.0f} s ago"))
-        if live.get("lanes") is not None:
+        if live is not None:
             console.print(progress_view(live))
 
 

@@ -23,7 +23,7 @@ dg = pytest.importorskip("dagster")
 
 from feiqiu_etl.config.settings import reveal  # noqa: E402
 from feiqiu_etl.connector.windows import fmt  # noqa: E402
-from feiqiu_etl.dagster import DWD_KEY, build_definitions, lane_key, pool_name  # noqa: E402
+from feiqiu_etl.dagster import DWD_KEY, FleetSettings, build_definitions, lane_key, pool_name  # noqa: E402
 from feiqiu_etl.plan.fleet import load_fleet  # noqa: E402
 from feiqiu_etl.simulator import Simulator  # noqa: E402
 from flowkit import (ANCHOR, FAST, dwd_exact, fleet_file, lane_violations, sim_config,  # noqa: E402
@@ -76,8 +76,8 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH + (FORBIDDEN,)), "south": ("FQ_SOUTH", SOUTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)
     with _sim(71, sites) as sim, dg.DagsterInstance.from_config(str(home)) as instance:
-        defs = build_definitions(fleet, dsn=pg_dsn, api_base=sim.base_url, overrides=FAST, unsafe_gaps=True,
-                                 run_options=_window(sim.config.days), environ=TOKENS)
+        defs = build_definitions(FleetSettings(fleet, dsn=pg_dsn, api_base=sim.base_url, overrides=FAST,
+                                               unsafe_gaps=True, run_options=_window(sim.config.days), environ=TOKENS))
         north_key, south_key = dg.AssetKey(["feiqiu", "ods", "north"]), dg.AssetKey(["feiqiu", "ods", "south"])
         pools = {k: defs.resolve_assets_def(k).op.pool for k in (north_key, south_key)}
         assert pools == {north_key: pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS),
@@ -134,15 +134,15 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
 # ---------------------------------------------------------------------------------------- across processes
 DEFS_FILE = """
 import os, pathlib, time
-from feiqiu_etl.dagster import build_definitions
+from feiqiu_etl.dagster import FleetSettings, build_definitions
 
 gate = pathlib.Path({gate!r})  # start barrier: every process has imported Dagster before any run begins
 (gate / f"ready-{{os.getpid()}}").touch()
 deadline = time.monotonic() + 120
 while not (gate / "go").exists() and time.monotonic() < deadline:
     time.sleep(0.02)
-defs = build_definitions({fleet!r}, dsn={dsn!r}, api_base={base!r}, overrides={overrides!r}, unsafe_gaps=True,
-                         run_options={run_options!r}, wait_for_lane={wait!r})
+defs = build_definitions(FleetSettings({fleet!r}, dsn={dsn!r}, api_base={base!r}, overrides={overrides!r},
+                                       unsafe_gaps=True, run_options={run_options!r}, wait_for_lane={wait!r}))
 """
 
 
@@ -287,7 +287,8 @@ def test_bad_fleet_files_and_options_are_one_line_errors(tmp_path):
     with pytest.raises(FleetDefinitionsError, match="clash"):
         build_definitions(good)
     with pytest.raises(FleetDefinitionsError, match="'stores'"):
-        build_definitions(fleet_file(tmp_path / "h.yaml", {"a": ("FQ_A", (1,))}), run_options={"stores": [1]})
+        build_definitions(FleetSettings(fleet_file(tmp_path / "h.yaml", {"a": ("FQ_A", (1,))}),
+                                        run_options={"stores": [1]}))
 
 
 def _mid_lane(tmp_path: Path, home: Path, fleet: str, dsn: str, sim: Simulator, **kw) -> subprocess.Popen:
@@ -389,7 +390,7 @@ def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
         assert lane.settings.resolve("ODS_MEMBER", "rate_min").source == "environment"
         assert reveal(cli.settings.db_dsn) == pg_dsn and cli.api_timeout == FAST["api.timeout"]
 
-        defs = build_definitions(str(fleet), unsafe_gaps=True, run_options=window, environ=env)
+        defs = build_definitions(FleetSettings(str(fleet), unsafe_gaps=True, run_options=window, environ=env))
         with dg.DagsterInstance.ephemeral() as instance:
             result = defs.resolve_job_def("feiqiu_ods_north").execute_in_process(
                 instance=instance, partition_key=str(NORTH[0]))

@@ -32,7 +32,7 @@ def test_transient_faults_are_retried_inside_the_lane(sim, pg_dsn):
     sim.inject(path="/api/settlement/detail", kind="http429", count=1, retry_after=1)
     sim.inject(path="/api/settlement/detail", kind="stall", count=1, stall_seconds=0.8)
     result = run_flow(sim, pg_dsn, tasks=["ODS_SETTLEMENT"], overrides={"api.timeout": 0.5, "api.retry_attempts": 6})
-    assert result.lanes[0].statistics["floors"] == {}  # a gateway 429 teaches no floor
+    assert result.lanes[0].statistics.floors == {}  # a gateway 429 teaches no floor
     assert result.status == "SUCCESS", result.to_dict()
     assert ods_rows(pg_dsn, "ods.settlement") == expected_rows(sim, SETTLEMENT, site)
     assert ods_rows(pg_dsn, "ods.settlement_item") == expected_detail_rows(sim, SETTLEMENT, site)

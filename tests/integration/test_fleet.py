@@ -45,7 +45,7 @@ def test_a_fleet_runs_its_lanes_at_once_and_failures_stay_in_their_lane_or_store
     for lane_sites in (NORTH + (FORBIDDEN,), SOUTH, EAST):  # per token: strictly serial, never rejected
         mine = [e for e in log if e.site_id in lane_sites]
         assert lane_violations(mine, 0.01) == []
-    seconds = {name: lane.statistics["seconds"] for name, lane in lanes.items() if name != "west"}
+    seconds = {name: lane.statistics.seconds for name, lane in lanes.items() if name != "west"}
     assert wall < 0.75 * sum(seconds.values()), (wall, seconds)  # concurrent, not one after the other
     data = result.to_dict()
     assert {s["site_id"]: s["status"] for lane in data["lanes"] for s in lane["stores"]}[FORBIDDEN] == "FAILED"

@@ -37,7 +37,7 @@ from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.serial_reference import SerialReference
 from feiqiu_etl.tasks.ods import task as task_module
 from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
-from feiqiu_etl.tasks.ods.task import BaseOdsTask
+from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext
 from feiqiu_etl.connector.windows import Window, fmt, split
 from feiqiu_etl.plan.model import TaskPlan
 
@@ -154,10 +154,8 @@ def run_task(dsn: str, case: Case, recs, detail_version: int, engine, config: Pi
     window = Window(DAY0, DAY0 + timedelta(days=case.days))
     with mock.patch.object(task_module, "UnifiedPipeline", engine):
         windows = tuple(split(window, timedelta(days=1))) if spec.kind == "windowed" else ()
-        task = BaseOdsTask(
-            TaskPlan(spec, SITE, config, windows), transport=api.transport, lane=RequestScheduler(FakeClock()),
-            dsn=dsn, run_id=run_id, cancel_token=CancellationToken(), logger=QUIET,
-        )
+        task = BaseOdsTask(TaskPlan(spec, SITE, config, windows), LaneAccess(RequestScheduler(FakeClock()), api.transport),
+                           TaskContext(dsn, run_id, CancellationToken()), QUIET)
         return task.execute()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from clikit import cli, cli_json, env_for, finish, run_args, running_run, start, wait_for
 from feiqiu_etl.simulator import Simulator
+from feiqiu_etl.statistics import RunStatistics
 from flowkit import lane_violations, sim_config
 
 SETTLEMENT = ["--tasks", "ODS_SETTLEMENT"]
@@ -110,6 +111,8 @@ def test_status_shows_the_current_request_wait_reason_rows_per_second_and_eta(pg
     assert lane["wait_reason"] in ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane", None)
     assert lane["requests_sent"] >= 10 and lane["rows_written"] > 0 and lane["rows_per_s"] >= 0
     assert lane["eta_s"] > 0 and lane["requests_remaining"] > 0 and live["tasks"] == 21
+    assert RunStatistics.from_dict(live).to_dict() == live  # what the heartbeat published is exactly the type
+    assert lane["running"][0]["task"] == lane["current"]["task"] and lane["running"][0]["state"] == "running"
     text = cli("status", "--dsn", pg_dsn)
     assert text.returncode == 0
 

@@ -67,7 +67,8 @@ def test_a_record_written_before_the_fix_is_shown_masked(pg_dsn):
 
     with psycopg.connect(pg_dsn) as conn:
         ensure_schemas(conn)
-        registry.start_run(conn, "old-run-1", command="run", args={"api_base": BASE, "token": "***"}, config={})
+        registry.start_run(conn, registry.Invocation("old-run-1", "run", {"api_base": BASE, "token": "***"}),
+                           config={})
         registry.finish_run(conn, "old-run-1", status="FAILED", exit_code=4, summary=None, error="x")
     shown = cli("show", "old-run-1", "--json", "--dsn", pg_dsn)
     assert shown.returncode == 0 and SHOWN in shown.stdout, shown.stderr

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from feiqiu_etl.db.connection import connect
 from feiqiu_etl.db.schema import ensure_schemas
 from feiqiu_etl.runs import registry
+from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.web import WebSettings, create_app
 from webkit import attempt, seed_run
 
@@ -203,6 +204,8 @@ def test_status_lists_running_and_just_finished_runs(conn, pg_dsn):
         status = c.get("/api/status").json()
         assert [r["run_id"] for r in status["running"]] == ["run-going"]
         assert status["running"][0]["live"]["rows_written"] == 7
+        schema = c.get("/api/status/schema").json()  # the type of `live`, for clients (live.js reads its names)
+        assert schema == RunStatistics.json_schema() and {"lanes", "rows_per_s", "eta_s"} <= set(schema["properties"])
         assert [(r["run_id"], r["status"]) for r in status["finished"]] == [("run-ended", "CANCELLED")]
         going = c.get("/runs/run-going").text  # a running run's page: what it has so far, a Cancel button
         assert "Results appear when the run ends" in going and 'data-cancel="run-going"' in going

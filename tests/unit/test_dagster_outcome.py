@@ -10,6 +10,7 @@ import feiqiu_etl
 from feiqiu_etl.dagster.outcome import judge_dwd, judge_ods
 from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.runner.results import LaneResult, RunResult, StoreResult
+from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
 
 
@@ -21,7 +22,7 @@ def _task(site: int, status: str = "SUCCESS", errors=(), rejected: int = 0) -> T
 
 def _run(*stores: StoreResult, lane_reason: str | None = None) -> RunResult:
     lane = LaneResult("north", "feiqiu:0123456789ab", list(stores), reason=lane_reason,
-                      statistics={"seconds": 12.5})
+                      statistics=LaneTotals(seconds=12.5))
     run = RunResult("20240304T000000Z-abcdef12", "feiqiu", lanes=[lane])
     run.finish(cancelled=False)
     return run

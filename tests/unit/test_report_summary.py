@@ -68,10 +68,12 @@ def test_a_wide_terminal_keeps_every_column():
 
 def test_a_finished_lane_says_done_without_a_rate_or_eta_and_queues_are_labelled():
     from feiqiu_etl.report import lane_lines
+    from feiqiu_etl.statistics import LaneStatistics
 
-    lane = {"name": "south", "state": "finished", "current": None, "rows_written": 73, "rows_per_s": 0.0,
-            "eta_s": 0.0, "queues": {"frontier": 38, "processing": 0, "write": 0}, "throttled": 0, "banned": 0,
-            "tasks_done": 21, "tasks": 21, "requests_sent": 99, "requests_remaining": 0}
+    lane = LaneStatistics.from_dict(
+        {"name": "south", "state": "finished", "current": None, "rows_written": 73, "rows_per_s": 0.0,
+         "eta_s": 0.0, "queues": {"frontier": 38, "processing": 0, "write": 0}, "throttled": 0, "banned": 0,
+         "tasks_done": 21, "tasks": 21, "requests_sent": 99, "requests_remaining": 0})
     text = " / ".join(line.plain for line in lane_lines(lane))
     assert "south: finished" in text and "done · 73 rows" in text
     assert "working" not in text and "ETA" not in text and "0/s" not in text

@@ -7,7 +7,7 @@ import queue
 import threading
 
 from feiqiu_etl.pipeline.models import WriteResult
-from feiqiu_etl.pipeline.write_worker import SENTINEL, RowChunk, WriteWorker
+from feiqiu_etl.pipeline.write_worker import SENTINEL, RowChunk, WriteStatistics, WriteWorker
 
 
 def _worker(q, batches, *, batch_size, batch_timeout=60.0, written=None):
@@ -31,8 +31,8 @@ def test_queued_rows_go_in_one_batch_up_to_batch_size():
     worker.run()
     assert [len(b) for b in batches] == [5, 3]  # 8 queued rows: a full batch, then the rest
     assert [r for b in batches for r in b] == [f"r{n}{x}" for n in range(4) for x in "ab"]
-    assert worker.statistics() == {"batches_written": 2, "rows_written": 8, "seconds_writing": worker.statistics()[
-        "seconds_writing"], "rows_pending": 0}
+    assert worker.statistics() == WriteStatistics(batches_written=2, rows_written=8,
+                                                  seconds_writing=worker.statistics().seconds_writing, rows_pending=0)
 
 
 def test_a_lone_chunk_is_written_at_once_not_after_batch_timeout():

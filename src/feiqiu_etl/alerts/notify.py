@@ -25,6 +25,7 @@ from feiqiu_etl.alerts import record, rules
 from feiqiu_etl.alerts.config import AlertConfig, active
 from feiqiu_etl.alerts.messages import run_message, test_message
 from feiqiu_etl.alerts.sending import Delivery, deliver
+from feiqiu_etl.errortext import one_line
 
 log = logging.getLogger("feiqiu_etl.alerts")
 HOST = socket.gethostname()
@@ -62,7 +63,7 @@ def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psy
         findings += _streaks(conn, summary["run_id"], _stores(summary), cfg)
         findings += _stale(conn, summary, cfg)
     except Exception as exc:  # noqa: BLE001 - the database may be the reason the run failed
-        log.warning("alerts: cannot read the run history (%s); sending without it", _one_line(exc))
+        log.warning("alerts: cannot read the run history (%s); sending without it", one_line(exc, 200))
         conn = _close(conn)
     try:
         return dispatch(conn, cfg, findings, summary, summary["run_id"], since=since)
@@ -88,7 +89,7 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
             findings = rules.run_findings(run, cfg.rules) + _streaks(conn, run_id, run["stores"], cfg)
             dispatch(conn, cfg, findings, run, run_id)
         except Exception as exc:  # noqa: BLE001 - a sweep never fails because of an alert
-            log.warning("alerts: run %s found INTERRUPTED, but the alert failed: %s", run_id, _one_line(exc))
+            log.warning("alerts: run %s found INTERRUPTED, but the alert failed: %s", run_id, one_line(exc, 200))
             _rollback(conn)
 
 
@@ -123,7 +124,7 @@ def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[r
             claimed = record.claim(conn, [(f.reason, f.subject, t.label, run_id)
                                           for t in cfg.targets for f in wanted[t.name]])
         except Exception as exc:  # noqa: BLE001
-            log.warning("alerts: cannot record them (%s); sending without the record", _one_line(exc))
+            log.warning("alerts: cannot record them (%s); sending without the record", one_line(exc, 200))
             _rollback(conn)
             conn = None
     jobs, keys = [], []
@@ -143,7 +144,7 @@ def dispatch(conn: psycopg.Connection | None, cfg: AlertConfig, findings: list[r
             try:
                 record.finish(conn, uuid.uuid4().hex, k, delivery.to_dict())
             except Exception as exc:  # noqa: BLE001
-                log.warning("alerts: cannot record the delivery to %s: %s", t.label, _one_line(exc))
+                log.warning("alerts: cannot record the delivery to %s: %s", t.label, one_line(exc, 200))
                 _rollback(conn)
     return out
 
@@ -212,8 +213,3 @@ def _rollback(conn: psycopg.Connection) -> None:
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if hasattr(value, "isoformat") else value
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:200]
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

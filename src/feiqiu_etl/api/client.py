@@ -28,6 +28,7 @@ from feiqiu_etl.api.errors import (
     RateLimitedError, ServerError, SiteForbiddenError, TransportFailure,
 )
 from feiqiu_etl import jsonfast
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.textsafe import redact_url
 from feiqiu_etl.pipeline.models import PipelineRequest
 
@@ -232,8 +233,7 @@ class APIClient:
 
 def _reason(exc: BaseException) -> str:
     """A short reason for a transport error, never the URL with credentials or the request body."""
-    text = " ".join(str(exc).split())
-    return f"{exc.__class__.__name__}: {text[:160]}" if text else exc.__class__.__name__
+    return one_line(exc, 160)
 
 
 MAX_HINT = 3600.0

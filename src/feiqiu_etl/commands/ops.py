@@ -12,6 +12,7 @@ import click
 import psycopg
 
 from feiqiu_etl.cli import _setup_logging, common_options, settings
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
 from feiqiu_etl.runs import registry
 from feiqiu_etl.textsafe import escape, terminal_json
@@ -45,7 +46,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
         except psycopg.Error as exc:
             from feiqiu_etl.db.connection import scrub
 
-            raise UsageFailure(f"database error: {scrub(' '.join(str(exc).split()), real_dsn)}") from None
+            raise UsageFailure(f"database error: {scrub(one_line(exc, None, with_type=False), real_dsn)}") from None
 
 
 def _echo_json(data) -> None:
@@ -154,7 +155,7 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         from rich.console import Group
         from rich.live import Live
 
-        from feiqiu_etl.report import SafeConsole, progress_view
+        from feiqiu_etl.report import SafeConsole, progress_view, recorded_live
 
         watched: list[str] = []
         seen_any = False
@@ -170,7 +171,8 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
                     seen_any = seen_any or bool(current)
                     if not current:
                         break
-                    live.update(Group(*[progress_view(r["live"]) for r in current if r.get("live")]))
+                    shown = [recorded_live(r.get("live")) for r in current]
+                    live.update(Group(*[progress_view(s) for s in shown if s is not None]))
                     time.sleep(1)
             except KeyboardInterrupt:
                 seen_any = False

@@ -17,8 +17,9 @@ from typing import Mapping
 
 import dagster as dg
 
-from feiqiu_etl.dagster.definitions import (DEFAULT_CRON, DEFAULT_WAIT_FOR_LANE, DWD_KEY, FleetDefinitionsError,
-                                            FleetSettings, build_definitions, lane_key, pool_name)
+from feiqiu_etl.dagster.definitions import (DEFAULT_CRON, DEFAULT_WAIT_FOR_LANE, DWD_KEY, DailySchedule,
+                                            FleetDefinitionsError, FleetSettings, build_definitions, lane_key,
+                                            pool_name)
 
 FLEET_ENV = "FEIQIU_FLEET"
 CONNECTOR_ENV = "FEIQIU_CONNECTOR"
@@ -33,8 +34,8 @@ def definitions_from_env(environ: Mapping[str, str] | None = None) -> dg.Definit
     if not path:
         raise FleetDefinitionsError(f"set {FLEET_ENV} to the fleet file (e.g. {FLEET_ENV}=fleet.yaml dagster dev -m "
                                     "feiqiu_etl.dagster); docs/scale-out.md shows one")
-    return build_definitions(path, connector_path=env.get(CONNECTOR_ENV) or None,
-                             cron=env.get(CRON_ENV) or DEFAULT_CRON)
+    return build_definitions(FleetSettings(path, connector_path=env.get(CONNECTOR_ENV) or None),
+                             schedule=DailySchedule(cron=env.get(CRON_ENV) or DEFAULT_CRON))
 
 
 @dg.definitions
@@ -43,6 +44,6 @@ def defs() -> dg.Definitions:
     return definitions_from_env()
 
 
-__all__ = ["CONNECTOR_ENV", "CRON_ENV", "DEFAULT_CRON", "DEFAULT_WAIT_FOR_LANE", "DWD_KEY", "FLEET_ENV",
-           "FleetDefinitionsError", "FleetSettings", "build_definitions", "definitions_from_env", "defs", "lane_key",
+__all__ = ["CONNECTOR_ENV", "CRON_ENV", "DEFAULT_CRON", "DEFAULT_WAIT_FOR_LANE", "DWD_KEY", "DailySchedule",
+           "FLEET_ENV", "FleetDefinitionsError", "FleetSettings", "build_definitions", "definitions_from_env", "defs", "lane_key",
            "pool_name"]

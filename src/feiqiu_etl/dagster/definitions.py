@@ -53,7 +53,14 @@ class FleetDefinitionsError(ValueError):
 
 @dataclass(frozen=True)
 class FleetSettings:
-    """How every materialization runs (see :func:`build_definitions` for each field)."""
+    """How every materialization of the fleet file at ``fleet_path`` runs.
+
+    ``dsn`` (else ``$ETL_DB_DSN`` when a step runs) is the warehouse; ``api_base``/``connector_path``/
+    ``overrides`` (``--set`` keys)/``unsafe_gaps`` are the CLI's; ``wait_for_lane`` (s) is how long a step
+    waits for the PostgreSQL lane guard (None: fail at once); ``fail_on_partial`` makes a PARTIAL store fail
+    its step; ``run_options`` sets further :class:`~feiqiu_etl.plan.RunOptions` fields (e.g. ``task_codes``,
+    ``window_start``/``window_end``, ``timeout``); ``environ`` replaces ``os.environ`` (tokens, settings).
+    """
 
     fleet_path: str
     dsn: str | None = None
@@ -80,6 +87,16 @@ class FleetSettings:
                           **dict(self.run_options), **kw)
 
 
+@dataclass(frozen=True)
+class DailySchedule:
+    """Each lane's daily schedule: ``cron`` in ``timezone``; ``running`` starts the schedules and the DWD
+    sensor RUNNING (default STOPPED: switch them on in the Dagster UI)."""
+
+    cron: str = DEFAULT_CRON
+    timezone: str = DEFAULT_TIMEZONE
+    running: bool = False
+
+
 def lane_key(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str | None:
     """The lane key ``<connector>:<token fingerprint>`` (what the PostgreSQL lane guard locks), or None when
     the lane's token is not in ``environ``."""
@@ -100,51 +117,41 @@ def _ident(name: str) -> str:
     return name.replace("-", "_")
 
 
-def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, api_base: str | None = None,
-                      connector_path: str | None = None, overrides: Mapping[str, Any] | None = None,
-                      unsafe_gaps: bool = False, wait_for_lane: float | None = DEFAULT_WAIT_FOR_LANE,
-                      cron: str = DEFAULT_CRON, timezone: str = DEFAULT_TIMEZONE,
-                      schedules_running: bool = False, fail_on_partial: bool = False,
-                      run_options: Mapping[str, Any] | None = None,
-                      environ: Mapping[str, str] | None = None) -> dg.Definitions:
-    """Dagster definitions for the fleet file at ``fleet_path``.
+def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
+                      schedule: DailySchedule = DailySchedule()) -> dg.Definitions:
+    """Dagster definitions for a fleet file: ``fleet`` is its path (every other setting at its default) or the
+    :class:`FleetSettings` of every materialization; ``schedule`` the lanes' :class:`DailySchedule`.
 
     * one asset ``feiqiu/ods/<lane>`` per lane, partitioned by its stores (partition key = site id), in the
       pool :func:`pool_name` (named after the lane key); a run of several partitions runs them in one lane,
       fairly interleaved (backfill policy: single run);
     * ``feiqiu/dwd``: the DWD load (``--dwd-only``) downstream of every lane, requested by the automation
       sensor ``feiqiu_dwd_after_ods`` once ODS was updated and no ODS run is in progress;
-    * jobs ``feiqiu_ods_<lane>`` and ``feiqiu_dwd``; schedules ``feiqiu_ods_<lane>_daily`` (``cron`` in
-      ``timezone``, STOPPED unless ``schedules_running``) requesting one run per store.
-
-    ``dsn`` (else ``$ETL_DB_DSN`` when a step runs) is the warehouse; ``api_base``/``connector_path``/
-    ``overrides`` (``--set`` keys)/``unsafe_gaps`` are the CLI's; ``wait_for_lane`` (s) is how long a step
-    waits for the PostgreSQL lane guard (None: fail at once); ``fail_on_partial`` makes a PARTIAL store fail
-    its step; ``run_options`` sets further :class:`~feiqiu_etl.plan.RunOptions` fields (e.g. ``task_codes``,
-    ``window_start``/``window_end``, ``timeout``); ``environ`` replaces ``os.environ`` (tokens, settings).
+    * jobs ``feiqiu_ods_<lane>`` and ``feiqiu_dwd``; schedules ``feiqiu_ods_<lane>_daily`` (``schedule.cron`` in
+      ``schedule.timezone``, STOPPED unless ``schedule.running``) requesting one run per store.
 
     Raises :class:`FleetDefinitionsError` (one line) for a bad fleet or connector file, lane names that clash
     once made identifiers, or unknown ``run_options``.
     """
-    run_options = dict(run_options or {})
-    bad = sorted(set(run_options) - _RUN_OPTION_FIELDS) + sorted(set(run_options) & _OWNED_OPTIONS)
+    given = fleet if isinstance(fleet, FleetSettings) else FleetSettings(str(fleet))
+    settings = dataclasses.replace(given, fleet_path=str(given.fleet_path), overrides=dict(given.overrides),
+                                   run_options=dict(given.run_options))
+    fleet_path = settings.fleet_path
+    bad = sorted(set(settings.run_options) - _RUN_OPTION_FIELDS) + sorted(set(settings.run_options) & _OWNED_OPTIONS)
     if bad:
         raise FleetDefinitionsError(f"run_options: {bad[0]!r} is not a RunOptions field this module lets you set")
     try:
         fleet = load_fleet(fleet_path)
-        connector = load_connector(connector_path)
+        connector = load_connector(settings.connector_path)
     except (FleetError, ConnectorError) as exc:
         raise FleetDefinitionsError(str(exc)) from None
-    settings = FleetSettings(fleet_path=str(fleet_path), dsn=dsn, api_base=api_base, connector_path=connector_path,
-                             overrides=dict(overrides or {}), unsafe_gaps=unsafe_gaps, wait_for_lane=wait_for_lane,
-                             fail_on_partial=fail_on_partial, run_options=run_options, environ=environ)
     idents = [_ident(lane.name) for lane in fleet.lanes]
     if len(set(idents)) != len(idents):
         raise FleetDefinitionsError(f"{fleet_path}: lane names {', '.join(lane.name for lane in fleet.lanes)} clash "
                                     "once '-' becomes '_' (Dagster names)")
     env = settings.env()
     assets, jobs, schedules = [], [], []
-    status = dg.DefaultScheduleStatus.RUNNING if schedules_running else dg.DefaultScheduleStatus.STOPPED
+    status = dg.DefaultScheduleStatus.RUNNING if schedule.running else dg.DefaultScheduleStatus.STOPPED
     for lane in fleet.lanes:
         asset = _ods_asset(lane, settings, pool_name(connector.name, lane, env))
         job = dg.define_asset_job(f"feiqiu_ods_{_ident(lane.name)}", selection=[asset],
@@ -152,13 +159,13 @@ def build_definitions(fleet_path: str | os.PathLike, *, dsn: str | None = None, 
                                   description=f"ODS of lane {lane.name}: one store per partition")
         assets.append(asset)
         jobs.append(job)
-        schedules.append(_daily(lane, job, cron, timezone, status))
+        schedules.append(_daily(lane, job, schedule.cron, schedule.timezone, status))
     dwd = _dwd_asset(settings, [a.key for a in assets])
     assets.append(dwd)
     jobs.append(dg.define_asset_job("feiqiu_dwd", selection=[dwd], description="DWD load from what ODS holds"))
     sensor = dg.AutomationConditionSensorDefinition(
         "feiqiu_dwd_after_ods", target=dg.AssetSelection.assets(DWD_KEY),
-        default_status=dg.DefaultSensorStatus.RUNNING if schedules_running else dg.DefaultSensorStatus.STOPPED,
+        default_status=dg.DefaultSensorStatus.RUNNING if schedule.running else dg.DefaultSensorStatus.STOPPED,
         description="Loads DWD once ODS was updated and no ODS run is in progress")
     # one step per run: running it in the run worker itself saves a process per run (and its imports)
     return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules, sensors=[sensor],

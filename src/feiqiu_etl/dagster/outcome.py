@@ -75,8 +75,8 @@ def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> d
     }
     if store.name:
         meta["store"] = store.name
-    if lane.statistics.get("seconds") is not None:
-        meta["lane_seconds"] = float(lane.statistics["seconds"])
+    if lane.statistics is not None:
+        meta["lane_seconds"] = float(lane.statistics.seconds)
     reason = store.reason or lane.reason
     if reason:
         meta["reason"] = reason

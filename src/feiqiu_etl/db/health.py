@@ -42,6 +42,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from feiqiu_etl.db.connection import DbLimits, abandon, open_pool
+from feiqiu_etl.errortext import one_line
 
 T = TypeVar("T")
 log = logging.getLogger("feiqiu_etl.db")
@@ -351,7 +352,7 @@ class DatabaseHealth:
     def _failed(self, exc: BaseException, *, first: bool, since: float | None = None) -> None:
         """An operation failed with a connection error (``first``: it starts retrying now, ``since`` the server's
         last sign of life when the watchdog knows it)."""
-        text = " ".join(str(exc).split())[:200] or exc.__class__.__name__
+        text = one_line(exc, 200, with_type=False)
         now = time.monotonic()
         with self._transition:
             with self._lock:

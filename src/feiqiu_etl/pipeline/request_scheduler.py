@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, TypeVar
 
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
 from feiqiu_etl.pipeline.errors import Cancelled, LaneBackoff, LaneTripped
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter
@@ -50,7 +51,7 @@ while the database that stores the rows is away)."""
 
 
 @dataclass(frozen=True)
-class LaneStatistics:
+class SchedulerStatistics:
     """Snapshot of the lane (seconds are seconds; counts are attempts actually sent or answers seen).
 
     ``current``/``current_tenant`` describe the request in flight or waiting its gap (None when idle);
@@ -419,7 +420,7 @@ class RequestScheduler:
             self._log.info("lane %s: floor of %s raised from %.1f s to %.1f s", self.name, gap_class, old, seconds)
 
     # ------------------------------------------------------------------------------------------- observe
-    def statistics(self) -> LaneStatistics:
+    def statistics(self) -> SchedulerStatistics:
         with self._cond:
             now = self._clock.monotonic()
             due = self._due
@@ -427,7 +428,7 @@ class RequestScheduler:
             reason = due.reason if due is not None and (due_in > 0 or due.reason == "paused") else None
             if reason is None and not self._in_flight and self._queue:
                 reason = "lane"
-            return LaneStatistics(
+            return SchedulerStatistics(
                 name=self.name, requests_sent=self._sent, in_flight=self._in_flight, current=self._current,
                 current_tenant=self._current_tenant, last_gap=self._last_gap, next_due_in=due_in,
                 wait_reason=reason, waiting_tenants=len({t.tenant for t in self._queue}),
@@ -461,8 +462,7 @@ def _outcome(error: BaseException | None) -> str:
 def _detail(error: BaseException | None) -> str | None:
     if error is None or isinstance(error, Cancelled):
         return None
-    text = " ".join(str(error).split())[:200]
-    return f"{error.__class__.__name__}: {text}" if text else error.__class__.__name__
+    return one_line(error, 200)
 
 
 class _RequestThread:

@@ -37,9 +37,10 @@ from feiqiu_etl.pipeline.models import (
     WriteResult,
 )
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter, RateLimiterStatistics
-from feiqiu_etl.pipeline.request_scheduler import LaneStatistics, RequestScheduler
+from feiqiu_etl.pipeline.request_scheduler import SchedulerStatistics, RequestScheduler
 from feiqiu_etl.pipeline.work_tracker import Frontier, ScopeCompletion, WorkTracker
-from feiqiu_etl.pipeline.write_worker import FLUSH_HINT, SENTINEL, RowChunk, WriteWorker, follow_up_scope
+from feiqiu_etl.pipeline.write_worker import (FLUSH_HINT, SENTINEL, RowChunk, WriteStatistics, WriteWorker,
+                                              follow_up_scope)
 
 T = TypeVar("T")
 SendFn = Callable[..., Any]
@@ -130,6 +131,7 @@ class UnifiedPipeline:
                 rows_written=r.total_inserted + r.total_updated + r.total_skipped, rate_limited=r.rate_limited,
                 banned_seconds=r.banned_seconds, failures=len(r.errors), seeds_left=run.seeds_left,
                 elapsed=time.monotonic() - run.started,
+                writer=run.writer.statistics() if run.writer is not None else None,
             )
 
 
@@ -139,11 +141,12 @@ class PipelineStatistics:
 
     ``frontier`` requests wait for the lane (next pages, details); ``seeds_left`` is the number of seeds
     not pulled yet when the seed source has a length (else None); ``rows_written`` counts rows committed
-    (inserted + updated + unchanged).
+    (inserted + updated + unchanged); ``writer`` is the :class:`WriteWorker`'s own snapshot (None before it
+    started).
     """
 
     running: bool
-    lane: LaneStatistics
+    lane: SchedulerStatistics
     rate_limiter: RateLimiterStatistics
     outstanding: int = 0
     frontier: int = 0
@@ -160,6 +163,7 @@ class PipelineStatistics:
     failures: int = 0
     seeds_left: int | None = None
     elapsed: float = 0.0
+    writer: WriteStatistics | None = None
 
 
 class _Run:

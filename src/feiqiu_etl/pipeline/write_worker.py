@@ -40,6 +40,18 @@ class FlushHint:
 FLUSH_HINT = FlushHint()
 
 
+@dataclass(frozen=True)
+class WriteStatistics:
+    """Snapshot of a :class:`WriteWorker`: ``batches_written`` calls of ``write_fn`` (failed ones included),
+    ``rows_written`` rows handed to it, ``seconds_writing`` seconds spent in it, ``rows_pending`` rows of the
+    open batch (not handed yet)."""
+
+    batches_written: int
+    rows_written: int
+    seconds_writing: float
+    rows_pending: int
+
+
 @dataclass
 class _Batch:
     rows: list = field(default_factory=list)
@@ -93,10 +105,11 @@ class WriteWorker:
             if self._q.empty():  # nothing more queued: write what we have now (adaptive batches)
                 self._flush()
 
-    def statistics(self) -> dict:
-        """Snapshot: batches and rows handed to ``write_fn``, seconds spent in it, rows waiting in the batch."""
-        return {"batches_written": self.batches_written, "rows_written": self.rows_written,
-                "seconds_writing": round(self.seconds_writing, 3), "rows_pending": len(self._batch.rows)}
+    def statistics(self) -> WriteStatistics:
+        """Snapshot (a read: it changes nothing): batches and rows handed to ``write_fn``, seconds spent in it,
+        rows waiting in the open batch."""
+        return WriteStatistics(batches_written=self.batches_written, rows_written=self.rows_written,
+                               seconds_writing=round(self.seconds_writing, 3), rows_pending=len(self._batch.rows))
 
     def _next_item(self) -> Any:
         if not self._batch.rows:

@@ -9,25 +9,33 @@ never a traceback for the user (``-vv`` logs it at DEBUG).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.logs import TASK_LOGGER, ContextFilter
 from feiqiu_etl.pipeline.log_buffer import TaskLogBuffer
 from feiqiu_etl.pipeline.models import PipelineResult
-from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.plan.model import TaskPlan
-from feiqiu_etl.tasks.ods.task import BaseOdsTask, TaskRun
+from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
+
+
+StoreLog = Callable[[list, str, int, str], None]
+"""``store_log(block, lane, site_id, task)``: keep a finished task's ordered log block with the run."""
 
 
 class TaskExecutor:
-    """Runs tasks of one lane (``runtime`` is the lane's :class:`~feiqiu_etl.runner.lane.LaneRuntime`)."""
+    """Runs the tasks of one lane within the run's :class:`TaskContext`; each task's log block goes to
+    ``store_log``."""
 
-    def __init__(self, runtime: Any, lane_name: str):
-        self.rt = runtime
+    def __init__(self, context: TaskContext, lane_name: str, store_log: StoreLog):
+        self.context = context
         self.lane_name = lane_name
+        self.store_log = store_log
 
-    def run(self, task: TaskPlan, lane: RequestScheduler, transport: Callable, *,
-            observer: Callable | None = None) -> TaskRun:
+    def run(self, task: TaskPlan, lane: LaneAccess, *,
+            observer: Callable[[BaseOdsTask], None] | None = None) -> TaskRun:
+        """Run ``task`` on ``lane``; ``observer`` is handed the task before it starts (to read its
+        :meth:`~BaseOdsTask.statistics` while it runs)."""
         code, site = task.code, task.site_id
         logger = logging.getLogger(f"{TASK_LOGGER}.{self.lane_name}.{site}.{code}")
         logger.setLevel(logging.DEBUG if logging.getLogger().level <= logging.DEBUG else logging.INFO)
@@ -37,16 +45,13 @@ class TaskExecutor:
         handler = buffer.handler()
         logger.addHandler(handler)
         try:
-            ods = BaseOdsTask(
-                task, transport=transport, lane=lane, dsn=self.rt.dsn, run_id=self.rt.run_id,
-                cancel_token=self.rt.token, logger=logger, conventions=self.rt.conventions, observer=observer,
-                tenant=site, abortable=self.rt.abortable, detail_max_attempts=self.rt.detail_max_attempts,
-                lane_name=self.lane_name, connect=self.rt.connect, health=self.rt.health,
-            )
+            ods = BaseOdsTask(task, lane, self.context, logger)
+            if observer is not None:
+                observer(ods)
             try:
                 run = ods.execute()
             except Exception as exc:  # noqa: BLE001 - one task's crash is that task's failure
-                logger.error("task failed: %s", _one_line(exc))
+                logger.error("task failed: %s", one_line(exc))
                 logger.debug("task traceback", exc_info=True)
                 run = self._crashed(task, exc)
             r = run.result
@@ -59,18 +64,13 @@ class TaskExecutor:
             logger.removeHandler(handler)
             logger.removeFilter(context)
             block = buffer.flush(emit=False)
-            self.rt.store_log(block, self.lane_name, site, code)
+            self.store_log(block, self.lane_name, site, code)
 
     def _crashed(self, task: TaskPlan, exc: BaseException) -> TaskRun:
         spec = task.spec
         result = PipelineResult(status="FAILED")
         result.processing_failures = 1
-        result.errors.append({"stage": "task", "error": _one_line(exc)})
+        result.errors.append({"stage": "task", "error": one_line(exc)})
         run = TaskRun(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,
                       lane=self.lane_name, first_load=task.first_load)
         return run
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 import psycopg
 
@@ -23,6 +23,7 @@ from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.db.connection import connect as db_connect
 from feiqiu_etl.db.health import DatabaseHealth, DatabaseUnavailable
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
@@ -30,14 +31,28 @@ from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
 from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.control import RunControl
+from feiqiu_etl.runs.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
 from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
-from feiqiu_etl.tasks.ods.task import ApiConventions
+from feiqiu_etl.statistics import RunStatistics
+from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
 log = logging.getLogger("feiqiu_etl.run")
 
+SAMPLE_EVERY = 0.5
+"""Seconds between the run's samples of the rows written (rows/s, the timeline's series)."""
 
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+@dataclass(frozen=True)
+class RunnerWiring:
+    """How a runner reaches the outside: ``connect`` opens a database connection (None: Asia/Shanghai sessions,
+    :func:`feiqiu_etl.db.connection.connect`), ``client_factory`` builds each lane's API client,
+    ``heartbeat`` is the seconds between heartbeats (live status, cancel check), ``abortable`` lets a cancel
+    abort the request in flight."""
+
+    connect: Callable[[str], psycopg.Connection] | None = None
+    client_factory: Callable[..., APIClient] = APIClient
+    heartbeat: float = 1.0
+    abortable: bool = True
 
 
 def envelope_rules(connector: Connector) -> EnvelopeRules:
@@ -63,32 +78,28 @@ class FlowRunner:
     """One run of a plan. ``run()`` returns the :class:`RunResult`; it never raises for a task, store or
     lane failure (those are in the result), only for programming errors.
 
-    ``command``/``args`` describe the invocation for the run record (already redacted); ``connect`` opens a
-    database connection (default: Asia/Shanghai sessions with the configured connect timeout).
+    ``invocation`` is what the run record says of how it was started (a new run id, command ``run``, no
+    arguments by default; arguments already redacted); ``cancel_token`` cancels it (default: its own);
+    ``wiring`` how it reaches the database, the API and the heartbeat.
     """
 
-    def __init__(self, plan: RunPlan, dsn: str, *, run_id: str | None = None,
-                 cancel_token: CancellationToken | None = None, command: str = "run", args: dict | None = None,
-                 connect: Callable[[str], psycopg.Connection] | None = None,
-                 client_factory: Callable[..., APIClient] = APIClient, heartbeat: float = 1.0,
-                 abortable: bool = True):
+    def __init__(self, plan: RunPlan, dsn: str, *, invocation: Invocation | None = None,
+                 cancel_token: CancellationToken | None = None, wiring: RunnerWiring = RunnerWiring()):
         self.plan = plan
         self.dsn = dsn
-        self.run_id = run_id or new_run_id()
+        self.invocation = invocation or Invocation()
+        self.run_id = self.invocation.run_id
         self.token = cancel_token or CancellationToken()
-        self.command = command
-        self.args = args or {}
-        self._connect = connect or db_connect
-        self.heartbeat = heartbeat
+        self._connect = wiring.connect or db_connect
+        self.heartbeat = wiring.heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
         self.health = DatabaseHealth(dsn, self._connect, limits=plan.db, cancel_event=self.token.event,
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
-        runtime = LaneRuntime(dsn=dsn, run_id=self.run_id, token=self.token, rules=envelope_rules(plan.connector),
-                              conventions=ApiConventions.of(plan.connector),
-                              detail_max_attempts=plan.detail_max_attempts, store_log=self._store_block,
-                              store_request=self._store_request,
-                              client_factory=client_factory, connect=self._connect, abortable=abortable,
-                              health=self.health)
+        tasks = TaskContext(dsn, self.run_id, self.token, conventions=ApiConventions.of(plan.connector),
+                            detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
+                            connect=self._connect, health=self.health)
+        runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
+                              store_request=self._store_request, client_factory=wiring.client_factory)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
         self.control: RunControl | None = None
@@ -97,6 +108,7 @@ class FlowRunner:
         self._dwd_task = None
         self._lock = threading.Lock()
         self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
+        self._sampled = float("-inf")
         self._t0 = time.monotonic()
 
     # ------------------------------------------------------------------------------------------------ run
@@ -107,8 +119,8 @@ class FlowRunner:
         plan = self.plan
         with self.health.slot() as slot:
             slot.run(lambda conn: registry.start_run(
-                conn, self.run_id, command=self.command, args=self.args, config=plan.settings,
-                lanes=[lane.key for lane in plan.lanes], stores=plan.stores, tasks=plan.task_codes, started_at=started))
+                conn, self.invocation, config=plan.settings, lanes=[lane.key for lane in plan.lanes],
+                stores=plan.stores, tasks=plan.task_codes, started_at=started))
         RunIdFilter.run_id = self.run_id
         from feiqiu_etl.alerts import warm_up  # loads Apprise meanwhile, so the end spends only the bound
 
@@ -116,7 +128,7 @@ class FlowRunner:
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
-        self.control = RunControl(self.dsn, self.run_id, self.token, snapshot=self.snapshot, connect=self._connect,
+        self.control = RunControl(self.dsn, self.run_id, self.token, live=self.statistics, connect=self._connect,
                                   interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost).start()
         try:
             log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
@@ -129,6 +141,7 @@ class FlowRunner:
                 t.start()
             for t in threads:
                 while t.is_alive():
+                    self._sample()
                     t.join(0.2)
             if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
                 log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
@@ -162,7 +175,7 @@ class FlowRunner:
                 log.error("%s", refused)
                 lane.refuse(str(refused), busy=True)
             elif refused is not None:  # Cancelled while waiting, or the database went away
-                lane.refuse("cancelled while waiting for the lane" if self.token.is_cancelled else _one_line(refused))
+                lane.refuse("cancelled while waiting for the lane" if self.token.is_cancelled else one_line(refused))
             else:
                 out.append(lane)
         return out
@@ -187,21 +200,21 @@ class FlowRunner:
                 lane.stop("the lane's cross-process lock was lost while the database was away")
 
     def _run_dwd(self) -> dict:
-        from feiqiu_etl.tasks.dwd import DwdLoadTask, ensure_dwd_tables, load_dwd_mapping
+        from feiqiu_etl.tasks.dwd import DwdLoadContext, DwdLoadTask, ensure_dwd_tables, load_dwd_mapping
 
         dwd = self.plan.dwd
         try:
             mapping = load_dwd_mapping(self.plan.connector.dwd_mapping_path())
             with self.health.slot() as slot:
                 slot.run(lambda conn: ensure_dwd_tables(conn, mapping))
+            context = DwdLoadContext(logging.getLogger("feiqiu_etl.dwd"), self.token.event, self.health)
             task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
-                               logger=logging.getLogger("feiqiu_etl.dwd"), cancel_event=self.token.event,
-                               health=self.health, full=dwd.full)
+                               full=dwd.full, context=context)
             self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
-            log.error("DWD load failed: %s", _one_line(exc))
-            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": _one_line(exc)}],
+            log.error("DWD load failed: %s", one_line(exc))
+            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": one_line(exc)}],
                     "succeeded": 0, "failed": 0}
         out = summary.to_dict()
         out["status"] = summary.status
@@ -220,11 +233,10 @@ class FlowRunner:
             with self.health.slot() as slot:
                 slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
                                                           summary=summary, error=r.error or r.first_reason(),
-                                                          **{k: v for k, v in r.totals().items()
-                                                             if k != "rows_unchanged"}))
+                                                          totals=r.totals()))
         except (psycopg.Error, DatabaseUnavailable) as exc:
             log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
-                      _one_line(exc))
+                      one_line(exc))
 
     # ------------------------------------------------------------------------------------------------ logs
     def _store_entry(self, item: dict) -> None:
@@ -241,24 +253,32 @@ class FlowRunner:
                                     lane=lane, site_id=site_id, task=task))
 
     # ------------------------------------------------------------------------------------------------ status
-    def snapshot(self) -> dict[str, Any]:
-        """Live status of the run (published about once a second; also drives the progress display)."""
-        lanes = [lane.snapshot() for lane in self.lanes]
-        done = sum(lane["tasks_done"] for lane in lanes)
-        elapsed = time.monotonic() - self._t0
-        rows = sum(lane["rows_written"] for lane in lanes)
+    def _sample(self) -> None:
+        """The run's own clock (its loop while the lanes run, every 0.2 s): twice a second each lane records
+        its rows for rows/s, and once a second the run its rows-over-time series for the timeline."""
+        now = time.monotonic()
+        if now - self._sampled < SAMPLE_EVERY:
+            return
+        self._sampled = now
+        for lane in self.lanes:
+            lane.sample(now)
+        elapsed = now - self._t0
         with self._lock:
             if not self._series or elapsed - self._series[-1][0] >= 1.0:
-                self._series.append([round(elapsed, 2), rows])
-        return {
-            "run_id": self.run_id, "phase": self._phase, "cancelling": self.token.is_cancelled,
-            "tasks_done": done, "tasks": self.plan.task_count, "lanes": lanes,
-            "elapsed_s": round(elapsed, 1), "rows_written": rows,
-            "rows_per_s": round(sum(lane["rows_per_s"] for lane in lanes), 1),
-            "requests_sent": sum(lane["requests_sent"] for lane in lanes),
-            "requests_remaining": sum(lane["requests_remaining"] for lane in lanes),
-            "eta_s": max((lane["eta_s"] for lane in lanes), default=0.0),
-        }
+                self._series.append([round(elapsed, 2), sum(lane.rows_written() for lane in self.lanes)])
+
+    def statistics(self) -> RunStatistics:
+        """Live status of the run (published about once a second; also drives the progress display). A read:
+        it changes nothing, whoever calls it and however often."""
+        lanes = tuple(lane.statistics() for lane in self.lanes)
+        return RunStatistics(
+            run_id=self.run_id, phase=self._phase, cancelling=self.token.is_cancelled,
+            tasks_done=sum(lane.tasks_done for lane in lanes), tasks=self.plan.task_count, lanes=lanes,
+            elapsed_s=round(time.monotonic() - self._t0, 1), rows_written=sum(lane.rows_written for lane in lanes),
+            rows_per_s=round(sum(lane.rows_per_s for lane in lanes), 1),
+            requests_sent=sum(lane.requests_sent for lane in lanes),
+            requests_remaining=sum(lane.requests_remaining for lane in lanes),
+            eta_s=max((lane.eta_s for lane in lanes), default=0.0))
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]
@@ -271,7 +291,3 @@ def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]
     step = len(series) / (limit - 1)
     return [series[int(i * step)] for i in range(limit - 1)] + [series[-1]]
 
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
-    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__

@@ -16,61 +16,48 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.api.errors import AuthError, SiteForbiddenError
-from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.models import PipelineRequest
-from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler
-from feiqiu_etl.pipeline.unified_pipeline import UnifiedPipeline
-from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
-from feiqiu_etl.runner.executor import TaskExecutor
+from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler, SchedulerStatistics
+from feiqiu_etl.plan.model import LanePlan, StorePlan
+from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
 from feiqiu_etl.runner.results import CANCELLED, FAILED, LaneResult, StoreResult
-from feiqiu_etl.tasks.ods.task import TaskRun
-
-RATE_WINDOW = 15.0
-"""Seconds of history behind the rows/s figure."""
+from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
+                                   TaskStatistics)
+from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
 
 
 @dataclass
 class _StoreState:
     plan: StorePlan
     result: StoreResult
-    current: tuple[TaskPlan, UnifiedPipeline] | None = None
+    current: BaseOdsTask | None = None
     refused: str | None = None
 
 
-@dataclass
-class _Sample:
-    at: float
-    rows: int
-
-
-@dataclass
+@dataclass(frozen=True)
 class LaneRuntime:
-    """What a lane needs from the run: database, identity, cancellation, the stored-log sink."""
+    """What a lane needs from the run: what its tasks share (database, run id, cancellation, the connector's
+    conventions, database health), the connector's envelope rules, where each task's log block and each lane
+    attempt go (the run's stored log and request timeline), and how to build the API client."""
 
-    dsn: str
-    run_id: str
-    token: CancellationToken
+    tasks: TaskContext
     rules: EnvelopeRules
-    conventions: Any
-    detail_max_attempts: int
-    store_log: Callable[[list, str, int, str], None]
+    store_log: StoreLog
     store_request: Callable[[dict], None] = lambda record: None
     client_factory: Callable[..., APIClient] = APIClient
-    connect: Callable | None = None
-    abortable: bool = True
-    health: Any = None
 
 
 class LaneRunner:
-    """Runs a :class:`LanePlan` (see module docstring). ``run()`` returns its :class:`LaneResult`."""
+    """Runs a :class:`LanePlan` (see module docstring). ``run()`` returns its :class:`LaneResult`;
+    :meth:`statistics` is its live :class:`LaneStatistics` (any thread, no side effect); :meth:`sample`
+    records the rows written so far for its rows/s (the run's loop calls it)."""
 
     def __init__(self, lane: LanePlan, runtime: LaneRuntime):
         self.plan = lane
@@ -86,10 +73,10 @@ class LaneRunner:
         self._stores = [_StoreState(s, StoreResult(s.site_id, s.name)) for s in lane.stores]
         self.result.stores = [s.result for s in self._stores]
         self._lock = threading.Lock()
-        self._samples: deque[_Sample] = deque()
+        self._rate = RateMeter()
         self._started: float | None = None
         self._finished: float | None = None
-        self._executor = TaskExecutor(runtime, lane.name)
+        self._executor = TaskExecutor(runtime.tasks, lane.name, runtime.store_log)
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> LaneResult:
@@ -106,7 +93,7 @@ class LaneRunner:
             self.client.close()
             self._finished = time.monotonic()
         self.result.reason = self.result.reason or self.scheduler.tripped
-        self.result.statistics = self._lane_numbers()
+        self.result.statistics = self.totals()
         return self.result
 
     def refuse(self, reason: str, *, busy: bool = False) -> LaneResult:
@@ -129,15 +116,16 @@ class LaneRunner:
             if why:
                 store.result.tasks.append(TaskRun.not_run(task, why, status, self.plan.name))
                 continue
-            run = self._executor.run(task, self.scheduler, self._transport(store),
-                                     observer=lambda p, s=store, t=task: self._observe(s, t, p))
-            with self._lock:
+            access = LaneAccess(self.scheduler, self._transport(store), self.plan.name, store.plan.site_id)
+            run = self._executor.run(task, access, observer=lambda ods, s=store: self._observe(s, ods))
+            with self._lock:  # one step: its rows move from the running task to the finished ones
                 store.result.tasks.append(run)
+                store.current = None
         if store.refused:
             store.result.reason = store.refused
 
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
-        if self.rt.token.is_cancelled:
+        if self.rt.tasks.cancel_token.is_cancelled:
             return "cancelled before start", CANCELLED
         tripped = self.scheduler.tripped
         if tripped:
@@ -162,8 +150,9 @@ class LaneRunner:
         """One lane attempt, for the run's timeline (wall-clock times, the store's task at that moment)."""
         task = None
         for store in self._stores:
-            if store.plan.site_id == record.tenant and store.current is not None:
-                task = store.current[0].code
+            current = store.current
+            if store.plan.site_id == record.tenant and current is not None:
+                task = current.task.code
         if self.log.isEnabledFor(logging.DEBUG):  # -vv: every attempt as it ends
             waited = "" if record.gap is None else f", after {record.gap:.2f} s ({record.wait_reason or 'gap'})"
             self.log.debug("request #%d %s: %s in %.2f s%s%s", record.seq, record.label or "-", record.outcome,
@@ -178,74 +167,79 @@ class LaneRunner:
             "outcome": record.outcome, "detail": record.detail,
         })
 
-    def _observe(self, store: _StoreState, task: TaskPlan, pipeline: UnifiedPipeline | None) -> None:
+    def _observe(self, store: _StoreState, task: BaseOdsTask) -> None:
         with self._lock:
-            store.current = (task, pipeline) if pipeline is not None else None
+            store.current = task
 
     # -------------------------------------------------------------------------------------------- observe
-    def rows_written(self) -> int:
+    def _states(self) -> list[tuple[_StoreState, BaseOdsTask | None, list[TaskRun]]]:
+        """Each store with its running task and its finished ones, taken in one step."""
         with self._lock:
-            done = sum(t.result.total_inserted + t.result.total_updated + t.result.total_skipped
-                       for s in self._stores for t in s.result.tasks)
-            live = sum(p.statistics().rows_written for s in self._stores if s.current for _, p in [s.current])
-        return done + live
+            return [(s, s.current, list(s.result.tasks)) for s in self._stores]
 
-    def _lane_numbers(self) -> dict[str, Any]:
+    @staticmethod
+    def _rows(finished: list[TaskRun], running: TaskStatistics | None) -> int:
+        done = sum(t.result.total_inserted + t.result.total_updated + t.result.total_skipped for t in finished)
+        return done + (running.rows_written if running is not None else 0)
+
+    def rows_written(self) -> int:
+        """Rows committed so far by this lane's tasks (inserted + updated + unchanged)."""
+        return sum(self._rows(finished, cur.statistics() if cur is not None else None)
+                   for _, cur, finished in self._states())
+
+    def sample(self, now: float | None = None) -> None:
+        """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s`."""
+        self._rate.record(time.monotonic() if now is None else now, self.rows_written())
+
+    def totals(self) -> LaneTotals:
+        """The lane's figures so far (final once :meth:`run` returned)."""
         s = self.scheduler.statistics()
         elapsed = ((self._finished or time.monotonic()) - self._started) if self._started else 0.0
-        return {"requests_sent": s.requests_sent, "throttled": s.throttled, "banned": s.banned,
-                "banned_seconds": round(s.banned_seconds, 1), "floors": s.floors, "busy_seconds": round(s.busy_seconds, 3),
-                "waited_seconds": round(s.waited_seconds, 3), "seconds": round(elapsed, 3),
-                "aborted_in_flight": s.aborted_in_flight}
+        return LaneTotals(requests_sent=s.requests_sent, throttled=s.throttled, banned=s.banned,
+                          banned_seconds=round(s.banned_seconds, 1), floors=s.floors,
+                          busy_seconds=round(s.busy_seconds, 3), waited_seconds=round(s.waited_seconds, 3),
+                          seconds=round(elapsed, 3), aborted_in_flight=s.aborted_in_flight)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The lane's live status: current request and why the next waits, queues, rows and rows/s,
-        requests done and estimated remaining, tasks done/total, ETA (seconds)."""
+    def statistics(self) -> LaneStatistics:
+        """The lane's live status (see :class:`LaneStatistics`): built from the scheduler's and the running
+        tasks' statistics; reading it changes nothing."""
         lane = self.scheduler.statistics()
         now = time.monotonic()
-        rows = self.rows_written()
-        self._samples.append(_Sample(now, rows))
-        while len(self._samples) > 2 and now - self._samples[0].at > RATE_WINDOW:
-            self._samples.popleft()
-        first = self._samples[0]
-        rate = (rows - first.rows) / (now - first.at) if now - first.at > 0.5 else 0.0
-        current, queues, remaining, done_tasks, stores = None, {"frontier": 0, "processing": 0, "write": 0}, 0, 0, []
-        per_request = self._seconds_per_request(lane)
-        with self._lock:
-            states = [(s, s.current, list(s.result.tasks)) for s in self._stores]
-        for store, cur, finished in states:
+        current: CurrentRequest | None = None
+        queues, rows, remaining, done_tasks = Queues(), 0, 0, 0
+        stores: list[StoreProgress] = []
+        running: list[TaskStatistics] = []
+        for store, cur, finished in self._states():
+            st = cur.statistics() if cur is not None else None
+            rows += self._rows(finished, st)
             done_codes = {t.task_code for t in finished}
             done_tasks += len(finished)
-            for task in self.plan.tasks_of(store.plan.site_id):
-                if cur is not None and task is cur[0]:
-                    st = cur[1].statistics()
-                    known = st.frontier + (st.seeds_left or 0) + (1 if lane.in_flight else 0)
-                    remaining += max(task.estimate.requests - st.requests, known)
-                    queues["frontier"] += st.frontier
-                    queues["processing"] += st.processing_queue
-                    queues["write"] += st.write_queue
-                    if lane.current_tenant == store.plan.site_id or current is None:
-                        current = {"task": task.code, "site_id": store.plan.site_id, "request": lane.current,
-                                   "in_flight": lane.in_flight}
+            planned = self.plan.tasks_of(store.plan.site_id)
+            for task in planned:
+                if st is not None and task is cur.task and st.state != "starting":
+                    remaining += st.requests_remaining
+                    queues += st.queues
+                    if st.state == "running":
+                        running.append(st)
+                        if lane.current_tenant == store.plan.site_id or current is None:
+                            current = CurrentRequest(task.code, store.plan.site_id, lane.current, lane.in_flight)
                 elif task.code not in done_codes:
                     remaining += task.estimate.requests
-            stores.append({"site_id": store.plan.site_id, "name": store.plan.name,
-                           "tasks_done": len(finished), "tasks": len(self.plan.tasks_of(store.plan.site_id)),
-                           "task": cur[0].code if cur else None, "refused": store.refused})
+            stores.append(StoreProgress(store.plan.site_id, store.plan.name, tasks_done=len(finished),
+                                        tasks=len(planned), task=cur.task.code if cur is not None else None,
+                                        refused=store.refused))
         state = "finished" if self._finished else ("waiting for lane" if self._started is None else "running")
-        return {
-            "name": self.plan.name, "key": self.plan.key, "state": state, "current": current,
-            "next_due_in": round(lane.next_due_in, 1), "wait_reason": lane.wait_reason,
-            "requests_sent": lane.requests_sent, "throttled": lane.throttled, "banned": lane.banned,
-            "banned_seconds": round(lane.banned_seconds, 1), "floors": lane.floors, "tripped": lane.tripped,
-            "queues": queues, "rows_written": rows, "rows_per_s": round(rate, 1),
-            "requests_remaining": remaining, "tasks_done": done_tasks, "tasks": len(self.plan.tasks),
-            "eta_s": round(remaining * per_request + (lane.next_due_in if lane.wait_reason else 0.0), 1)
-            if not self._finished else 0.0,
-            "stores": stores,
-        }
+        eta = 0.0 if self._finished else round(remaining * self._seconds_per_request(lane)
+                                               + (lane.next_due_in if lane.wait_reason else 0.0), 1)
+        return LaneStatistics(
+            name=self.plan.name, key=self.plan.key, state=state, current=current,
+            next_due_in=round(lane.next_due_in, 1), wait_reason=lane.wait_reason, requests_sent=lane.requests_sent,
+            throttled=lane.throttled, banned=lane.banned, banned_seconds=round(lane.banned_seconds, 1),
+            floors=lane.floors, tripped=lane.tripped, queues=queues, rows_written=rows,
+            rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
+            tasks=len(self.plan.tasks), eta_s=eta, stores=tuple(stores), running=tuple(running))
 
-    def _seconds_per_request(self, lane) -> float:
+    def _seconds_per_request(self, lane: SchedulerStatistics) -> float:
         """Lane seconds per request so far — wall time, so that the work between requests (a task's start,
         its last batch) counts too; before three requests, the planned mean gap plus 0.1 s."""
         if lane.requests_sent >= 3 and self._started is not None:

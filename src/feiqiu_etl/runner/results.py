@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from feiqiu_etl import exitcodes
+from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
 
 SUCCESS, PARTIAL, FAILED, CANCELLED = "SUCCESS", "PARTIAL", "FAILED", "CANCELLED"
@@ -74,7 +75,8 @@ class StoreResult:
 
 @dataclass
 class LaneResult:
-    """One token's lane: its stores, why it stopped (if it did) and its lane statistics."""
+    """One token's lane: its stores, why it stopped (if it did) and its :class:`LaneTotals` (None when it never
+    ran: refused, busy)."""
 
     name: str
     key: str
@@ -82,7 +84,7 @@ class LaneResult:
     reason: str | None = None
     busy: bool = False
     status: str = SUCCESS
-    statistics: dict[str, Any] = field(default_factory=dict)
+    statistics: LaneTotals | None = None
 
     def finish(self, cancelled: bool) -> str:
         statuses = [s.finish(cancelled) for s in self.stores]
@@ -96,7 +98,8 @@ class LaneResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "status": self.status, "reason": self.reason,
-                "busy": self.busy, "stores": [s.to_dict() for s in self.stores], **self.statistics}
+                "busy": self.busy, "stores": [s.to_dict() for s in self.stores],
+                **(self.statistics.to_dict() if self.statistics is not None else {})}
 
 
 @dataclass

@@ -20,9 +20,11 @@ from typing import Callable
 import psycopg
 from psycopg import sql
 
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.lane_guard import LaneGuard
+from feiqiu_etl.statistics import RunStatistics
 
 log = logging.getLogger("feiqiu_etl.control")
 
@@ -39,17 +41,17 @@ class ControlStatistics:
 class RunControl:
     """Heartbeat, live status, stored log and remote cancel of one run (see module docstring).
 
-    ``snapshot()`` returns the live status dict; ``guard`` (optional) is checked each beat and
-    ``on_lane_lost(names)`` is told of lanes whose lock was lost.
+    ``live()`` returns the run's :class:`~feiqiu_etl.statistics.RunStatistics` (published as its JSON);
+    ``guard`` (optional) is checked each beat and ``on_lane_lost(names)`` is told of lanes whose lock was lost.
     """
 
-    def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, snapshot: Callable[[], dict],
+    def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, live: Callable[[], RunStatistics],
                  connect: Callable[[str], psycopg.Connection], interval: float = 1.0,
                  guard: LaneGuard | None = None, on_lane_lost: Callable[[list[str]], None] | None = None):
         self._dsn = dsn
         self._run_id = run_id
         self._token = token
-        self._snapshot = snapshot
+        self._live = live
         self._connect = connect
         self._interval = interval
         self._guard = guard
@@ -105,7 +107,7 @@ class RunControl:
             except psycopg.Error as exc:
                 self._failed += 1
                 if self._failed in (1, 10) or self._failed % 60 == 0:
-                    log.warning("run control: the database is not answering (%s); retrying", _one_line(exc))
+                    log.warning("run control: the database is not answering (%s); retrying", one_line(exc, 200, with_type=False))
                 self._close()
             if self._guard is not None:
                 lost = self._guard.check()
@@ -117,9 +119,9 @@ class RunControl:
 
     def _beat(self, conn: psycopg.Connection) -> None:
         try:
-            live = self._snapshot()
+            live = self._live().to_dict()
         except Exception as exc:  # noqa: BLE001 - a broken snapshot must not stop the heartbeat
-            live = {"error": f"snapshot failed: {_one_line(exc)}"}
+            live = {"error": f"snapshot failed: {one_line(exc, 200, with_type=False)}"}
         requested_at, by = registry.heartbeat(conn, self._run_id, live)
         self._beats += 1
         self._last_beat = time.monotonic()
@@ -193,7 +195,3 @@ class RunControl:
     def statistics(self) -> ControlStatistics:
         age = time.monotonic() - self._last_beat if self._last_beat is not None else None
         return ControlStatistics(self._beats, self._failed, self._logged, self._cancel_source, age)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or exc.__class__.__name__

@@ -19,9 +19,11 @@ import getpass
 import os
 import re
 import socket
+import uuid
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import psycopg
 from psycopg.rows import dict_row
@@ -52,12 +54,27 @@ def process_started(pid: int | None = None) -> float | None:
         return None
 
 
-def start_run(conn: psycopg.Connection, run_id: str, *, command: str, args: dict, config: dict,
-              lanes: Iterable[str] = (), stores: Iterable[int] = (), tasks: Iterable[str] = (),
-              started_at: datetime | None = None) -> None:
-    """Insert the ``RUNNING`` record of a run (``args``/``config`` must already be redacted)."""
+def new_run_id() -> str:
+    """``20261201T020003Z-1a2b3c4d``: UTC start time (sorts by age) and 8 random hex digits."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How a run was started, as its record keeps it: its id, the command (``run``, ``demo``, ``dagster``) and
+    its arguments (already redacted: no token, no password)."""
+
+    run_id: str = field(default_factory=new_run_id)
+    command: str = "run"
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+def start_run(conn: psycopg.Connection, invocation: Invocation, *, config: dict, lanes: Iterable[str] = (),
+              stores: Iterable[int] = (), tasks: Iterable[str] = (), started_at: datetime | None = None) -> None:
+    """Insert the ``RUNNING`` record of a run (``config`` must already be redacted)."""
     from feiqiu_etl import __version__
 
+    run_id, command, args = invocation.run_id, invocation.command, dict(invocation.args)
     started_at = started_at or datetime.now(timezone.utc)
     conn.execute(
         "INSERT INTO etl_meta.run (run_id, started_at, status, command, args, config, host, pid, process_started, "
@@ -68,12 +85,14 @@ def start_run(conn: psycopg.Connection, run_id: str, *, command: str, args: dict
     conn.commit()
 
 
-def heartbeat(conn: psycopg.Connection, run_id: str, live: dict | None) -> tuple[datetime | None, str | None]:
-    """Publish the heartbeat and the live snapshot; return ``(cancel_requested_at, cancel_requested_by)``."""
+def heartbeat(conn: psycopg.Connection, run_id: str, live: Mapping[str, Any] | None) -> tuple[datetime | None,
+                                                                                            str | None]:
+    """Publish the heartbeat and the live snapshot (``RunStatistics.to_dict()``, or ``{"error": …}`` when it
+    could not be built); return ``(cancel_requested_at, cancel_requested_by)``."""
     row = conn.execute(
         "UPDATE etl_meta.run SET heartbeat_at = now(), live = %s WHERE run_id = %s "
         "RETURNING cancel_requested_at, cancel_requested_by",
-        (Jsonb(live) if live is not None else None, run_id)).fetchone()
+        (Jsonb(dict(live)) if live is not None else None, run_id)).fetchone()
     conn.commit()
     return (row[0], row[1]) if row else (None, None)
 
@@ -86,15 +105,16 @@ def cancel_request(conn: psycopg.Connection, run_id: str) -> tuple[datetime | No
 
 
 def finish_run(conn: psycopg.Connection, run_id: str, *, status: str, exit_code: int, summary: dict | None,
-               error: str | None = None, rows_written: int = 0, requests: int = 0, rejections: int = 0,
-               errors: int = 0) -> None:
-    """Record the end of a run (only a run still ``RUNNING`` or ``INTERRUPTED`` is updated)."""
+               error: str | None = None, totals: Mapping[str, int] | None = None) -> None:
+    """Record the end of a run (only a run still ``RUNNING`` or ``INTERRUPTED`` is updated). ``totals`` are
+    ``RunResult.totals()``: ``rows_written``, ``requests``, ``rejections`` and ``errors`` are kept in the
+    run's columns (a missing one as 0; others are ignored)."""
+    counts = [int((totals or {}).get(k, 0)) for k in ("rows_written", "requests", "rejections", "errors")]
     conn.execute(
         "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, finished_at = now(), "
         "heartbeat_at = now(), live = NULL, rows_written = %s, requests = %s, rejections = %s, errors = %s "
         "WHERE run_id = %s AND status IN ('RUNNING', 'INTERRUPTED')",
-        (status, exit_code, Jsonb(summary) if summary is not None else None, error, rows_written, requests,
-         rejections, errors, run_id))
+        (status, exit_code, Jsonb(summary) if summary is not None else None, error, *counts, run_id))
     conn.commit()
 
 

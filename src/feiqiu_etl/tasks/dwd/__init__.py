@@ -8,11 +8,12 @@ Public API (warehouse-model §3–§5; spec §3.7):
   each table on its own connection and transaction, in parallel.
 """
 
-from feiqiu_etl.tasks.dwd.load_task import DwdLoadTask, DwdSummary, DwdTableResult
+from feiqiu_etl.tasks.dwd.load_task import DwdLoadContext, DwdLoadTask, DwdSummary, DwdTableResult
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdMappingError, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.schema import ensure_dwd_tables
 
 __all__ = [
+    "DwdLoadContext",
     "DwdLoadTask",
     "DwdMapping",
     "DwdMappingError",

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from feiqiu_etl.db.connection import connect
+from feiqiu_etl.db.health import DatabaseHealth
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.tasks.dwd.facts import load_fact
 from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.quarantine import QuarantinedRow, held
@@ -105,15 +107,22 @@ class DwdSummary:
                 "quarantined": self.quarantined}
 
 
-def _one_line(exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+@dataclass(frozen=True)
+class DwdLoadContext:
+    """What a DWD load takes from the run around it: its ``logger`` (default: this module's), the
+    ``cancel_event`` that stops starting tables, and the run's :class:`DatabaseHealth` (with it, a lost
+    connection retries the table once the database is back; without it, a table's first error is its failure)."""
+
+    logger: logging.Logger | None = None
+    cancel_event: threading.Event | None = None
+    health: DatabaseHealth | None = None
 
 
 class DwdLoadTask:
-    """Load the DWD tables of ``mapping`` from the ODS tables of the database at ``dsn``.
+    """Load the DWD tables of ``mapping`` from the ODS tables of the database at ``dsn``, within ``context``
+    (:class:`DwdLoadContext`).
 
-    ``cancel_event`` stops starting tables. Dimensions merge incrementally (only ODS rows changed since their
+    Dimensions merge incrementally (only ODS rows changed since their
     watermark) unless ``full`` (``--dwd-full``: compare everything, as the first merge of a dimension does). ``parallel_workers`` (>= 1) bounds the threads per group; ``run_id`` is written to every row; ``now``
     (timezone-aware) fixes the SCD2 timestamp of every :meth:`load`, else each ``load()`` takes the current
     time once. The DWD tables must exist (:func:`~feiqiu_etl.tasks.dwd.schema.ensure_dwd_tables`).
@@ -121,8 +130,7 @@ class DwdLoadTask:
     """
 
     def __init__(self, dsn: str, mapping: DwdMapping, *, parallel_workers: int = 4, run_id: str,
-                 logger: logging.Logger | None = None, now: datetime | None = None,
-                 cancel_event: threading.Event | None = None, health: Any = None, full: bool = False):
+                 now: datetime | None = None, full: bool = False, context: DwdLoadContext = DwdLoadContext()):
         if parallel_workers < 1:
             raise ValueError(f"parallel_workers must be >= 1, got {parallel_workers}")
         if not run_id:
@@ -133,10 +141,10 @@ class DwdLoadTask:
         self.mapping = mapping
         self.parallel_workers = parallel_workers
         self.run_id = run_id
-        self.log = logger or logging.getLogger(__name__)
+        self.log = context.logger or logging.getLogger(__name__)
         self.now = now
-        self.cancel_event = cancel_event
-        self.health = health  # a feiqiu_etl.db.health.DatabaseHealth: a lost connection retries the table
+        self.cancel_event = context.cancel_event
+        self.health = context.health
         self.full = full
 
     def load(self, only_tables: list[str] | None = None, serial: bool = False) -> DwdSummary:
@@ -191,9 +199,9 @@ class DwdLoadTask:
             counts, quarantined, rows = self._load_one(table, now)
         except Exception as exc:  # one table's failure must not stop the others (Property 11)
             seconds = time.perf_counter() - start
-            self.log.error("DWD %s failed after %.2fs: %s", table.target, seconds, _one_line(exc))
+            self.log.error("DWD %s failed after %.2fs: %s", table.target, seconds, one_line(exc))
             self.log.debug("DWD %s traceback", table.target, exc_info=True)
-            return DwdTableResult(table.name, table.kind, seconds=seconds, error=_one_line(exc))
+            return DwdTableResult(table.name, table.kind, seconds=seconds, error=one_line(exc))
         seconds = time.perf_counter() - start
         self.log.info("DWD %s: inserted %d, updated %d, closed %d in %.2fs", table.target, counts.inserted,
                       counts.updated, counts.closed, seconds)

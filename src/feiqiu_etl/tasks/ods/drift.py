@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Iterable
 
 import psycopg
@@ -33,6 +34,14 @@ CREATE TABLE IF NOT EXISTS etl_meta.ods_field (
     PRIMARY KEY (connector, task_code, table_name, field)
 );
 """
+
+
+@dataclass(frozen=True)
+class FieldStatistics:
+    """Snapshot of a :class:`FieldTracker`: ODS tables with records so far, distinct field names over them."""
+
+    tables: int
+    fields: int
 
 
 class FieldTracker:
@@ -56,9 +65,10 @@ class FieldTracker:
         with self._lock:
             return {table: frozenset(fields) for table, fields in self._fields.items()}
 
-    def statistics(self) -> dict:
+    def statistics(self) -> FieldStatistics:
+        """Snapshot: tables seen so far and field names over all of them."""
         with self._lock:
-            return {"tables": len(self._fields), "fields": sum(len(f) for f in self._fields.values())}
+            return FieldStatistics(tables=len(self._fields), fields=sum(len(f) for f in self._fields.values()))
 
 
 def ensure_field_table(conn: psycopg.Connection) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Hashable, Iterator
 import psycopg
 
 from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.errortext import one_line
 from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
 from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
@@ -27,6 +28,7 @@ from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteRes
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
 from feiqiu_etl.plan.model import TaskPlan
+from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
@@ -97,48 +99,72 @@ class TaskRun:
                    [(fmt(w.start), fmt(w.end)) for w in task.windows], lane=lane, skipped=reason)
 
 
+@dataclass(frozen=True)
+class TaskContext:
+    """What every ODS task of one run shares: the database (``dsn``; ``connect`` opens a connection, default
+    :func:`feiqiu_etl.db.connection.connect`; with ``health`` every database step survives a lost connection),
+    the run id written to every row, the run's cancellation, the connector's request conventions, how many
+    failed attempts give an owed detail up, and whether a cancel may abort the request in flight."""
+
+    dsn: str
+    run_id: str
+    cancel_token: CancellationToken
+    conventions: ApiConventions = ApiConventions()
+    detail_max_attempts: int = 5
+    abortable: bool = False
+    connect: Callable[[str], psycopg.Connection] | None = None
+    health: DatabaseHealth | None = None
+
+
+@dataclass(frozen=True)
+class LaneAccess:
+    """How one task reaches the upstream: the lane's :class:`RequestScheduler` (shared by every store of the
+    token), the ``transport`` that performs a request through it, the lane's name (for the result) and the
+    task's ``tenant`` (its store's share of the lane: the lane takes turns between tenants)."""
+
+    scheduler: RequestScheduler
+    transport: Transport
+    name: str | None = None
+    tenant: Hashable | None = None
+
+
 class BaseOdsTask:
-    """One planned ODS task (``task``) for one store. The writer's connection is opened per ``execute``.
+    """One planned ODS task (``task``: its spec, store, settings, windows and estimate) for one store, run on
+    ``lane`` within ``context``; ``logger`` is the task's own (its lines go to the task's log block). The
+    writer's connection is opened per ``execute``. :meth:`statistics` may be read from any thread."""
 
-    ``tenant`` is this task's share of a lane shared by several stores; ``abortable`` lets a cancel abort
-    the request in flight; ``detail_max_attempts`` failures of an owed detail give it up (reported).
-    """
-
-    def __init__(
-        self,
-        task: TaskPlan,
-        *,
-        transport: Transport,
-        lane: RequestScheduler,
-        dsn: str,
-        run_id: str,
-        cancel_token: CancellationToken,
-        logger: logging.Logger,
-        conventions: ApiConventions = ApiConventions(),
-        observer: Callable[[UnifiedPipeline | None], None] | None = None,
-        tenant: Hashable | None = None,
-        abortable: bool = False,
-        detail_max_attempts: int = 5,
-        lane_name: str | None = None,
-        connect: Callable[[str], psycopg.Connection] | None = None,
-        health: DatabaseHealth | None = None,
-    ):
+    def __init__(self, task: TaskPlan, lane: LaneAccess, context: TaskContext, logger: logging.Logger):
         self.task = task
         self.spec = task.spec
-        self.transport = transport
         self.lane = lane
-        self.dsn = dsn
-        self.run_id = run_id
-        self.cancel_token = cancel_token
+        self.ctx = context
+        self.conv = context.conventions
         self.logger = logger
-        self.conv = conventions
-        self.observer = observer
-        self.tenant = tenant
-        self.abortable = abortable
-        self.detail_max_attempts = detail_max_attempts
-        self.lane_name = lane_name
-        self._connect = connect
-        self.health = health
+        self._pipeline: UnifiedPipeline | None = None
+        self._result: PipelineResult | None = None
+
+    def statistics(self) -> TaskStatistics:
+        """Snapshot (a read; it changes nothing): from the pipeline while it runs (its queues, counts and
+        writer), from the result once it ended; ``starting`` before the pipeline exists."""
+        base = {"task": self.spec.code, "site_id": self.task.site_id, "requests_planned": self.task.estimate.requests}
+        result, pipeline = self._result, self._pipeline
+        if result is not None:
+            return TaskStatistics(**base, state="finished", requests=result.total_requests,
+                                  fetched=result.total_fetched, failures=len(result.errors),
+                                  rows_written=result.total_inserted + result.total_updated + result.total_skipped,
+                                  rate_limited=result.rate_limited, seconds_writing=result.timing.get("write", 0.0))
+        st = pipeline.statistics() if pipeline is not None else None
+        if st is None or not st.running:
+            return TaskStatistics(**base, requests_remaining=self.task.estimate.requests)
+        known = st.frontier + (st.seeds_left or 0) + (1 if st.lane.in_flight else 0)
+        writer = st.writer
+        return TaskStatistics(
+            **base, state="running", requests=st.requests,
+            requests_remaining=max(self.task.estimate.requests - st.requests, known), fetched=st.fetched,
+            rows_written=st.rows_written, failures=st.failures, rate_limited=st.rate_limited,
+            queues=Queues(st.frontier, st.processing_queue, st.write_queue), seeds_left=st.seeds_left,
+            batches_written=writer.batches_written if writer else 0,
+            seconds_writing=writer.seconds_writing if writer else 0.0, elapsed_s=round(st.elapsed, 1))
 
     def execute(self) -> TaskRun:
         """Run the task; with a :class:`DatabaseHealth` every database step survives a lost connection
@@ -147,24 +173,25 @@ class BaseOdsTask:
 
         spec, site_id = self.spec, self.task.site_id
         layouts = layouts_for(spec)
-        slot = self.health.slot() if self.health is not None else DirectSlot(self.dsn, self._connect or connect)
+        ctx = self.ctx
+        slot = ctx.health.slot() if ctx.health is not None else DirectSlot(ctx.dsn, ctx.connect or connect)
         try:
             slot.run(self._record_horizon)
             pending = slot.run(lambda c: self._pending_details(c, site_id)) if spec.detail else []
             rechecks = slot.run(lambda c: self._recheck_candidates(c, site_id, pending)) \
                 if spec.detail and self.task.recheck_budget > 0 else []
             snapshot = SnapshotState() if spec.is_snapshot else None
-            writer = OdsWriter(None, spec, layouts, self.run_id, self.conv.connector,
+            writer = OdsWriter(None, spec, layouts, ctx.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
-                               detail_max_attempts=self.detail_max_attempts)
+                               detail_max_attempts=ctx.detail_max_attempts)
             writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
             fields = FieldTracker()
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields)
-            pipeline = UnifiedPipeline(self.transport, self.task.config, lane=self.lane,
-                                       cancel_token=self.cancel_token, logger=self.logger, tenant=self.tenant,
-                                       abortable=self.abortable)
+            pipeline = UnifiedPipeline(self.lane.transport, self.task.config, lane=self.lane.scheduler,
+                                       cancel_token=ctx.cancel_token, logger=self.logger, tenant=self.lane.tenant,
+                                       abortable=ctx.abortable)
             run_started = datetime.now(timezone.utc)
             note: dict[str, str] = {}
 
@@ -183,23 +210,18 @@ class BaseOdsTask:
             recheck = _Recheck(spec, rechecks, writer.requested_details, site_id, self.task.recheck_budget)
             self.logger.info("start: %s, %d window segment(s), %d owed detail(s)",
                              spec.kind, len(self.task.windows), len(pending))
-            if self.observer:
-                self.observer(pipeline)
-            try:
-                result = pipeline.run(_Seeds(seeds, recheck), processor, write, on_scope_complete=on_scope,
-                                      on_request_failed=self._detail_failed)
-            finally:
-                if self.observer:
-                    self.observer(None)
+            self._pipeline = pipeline
+            result = self._result = pipeline.run(_Seeds(seeds, recheck), processor, write,
+                                                 on_scope_complete=on_scope, on_request_failed=self._detail_failed)
             drift = self._drift(slot, fields)
         finally:
             slot.close()
         for parent in writer.given_up:
-            self.logger.warning("owed detail %s given up after %d failed attempts", parent, self.detail_max_attempts)
+            self.logger.warning("owed detail %s given up after %d failed attempts", parent, ctx.detail_max_attempts)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
-                       lane=self.lane_name, first_load=self.task.first_load,
+                       lane=self.lane.name, first_load=self.task.first_load,
                        owed_details=len(pending), details_given_up=list(writer.given_up),
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None,
                        schema_drift=drift)
@@ -208,7 +230,7 @@ class BaseOdsTask:
         """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
         try:
             return slot.run(lambda conn: record_drift(conn, connector=self.conv.connector, task_code=self.spec.code,
-                                                      run_id=self.run_id, tracker=fields, logger=self.logger))
+                                                      run_id=self.ctx.run_id, tracker=fields, logger=self.logger))
         except Exception as exc:  # noqa: BLE001 - the data is loaded; only the report is missing
             self.logger.error("schema drift not recorded: %s", exc)
             return []
@@ -285,7 +307,7 @@ class BaseOdsTask:
         if not request.is_detail or self.spec.detail is None:
             return None
         gone = not getattr(exc, "counts_as_failure", True)
-        text = " ".join(str(exc).split())[:300] or exc.__class__.__name__
+        text = one_line(exc, with_type=False)
         if gone:
             self.logger.info("detail of %s %s no longer exists upstream (40401): recorded, no longer owed",
                              self.spec.detail.id_column, request.context["parent_key"])
@@ -306,7 +328,7 @@ class BaseOdsTask:
             return None
         if scope[0] != "snapshot" or snapshot is None:
             return None
-        if self.cancel_token.is_cancelled:
+        if self.ctx.cancel_token.is_cancelled:
             reason = "the run was cancelled"
         else:
             reason = ("a page or record failed" if not ok else None) or snapshot.incomplete_reason()

@@ -1,0 +1,395 @@
+"""The route handlers of ``feiqiu-etl web``: four pages, the JSON API they use, login/logout and the error
+pages. Each handler reads the shared :class:`~feiqiu_etl.web.state.AppState` from ``request.app.state.web``;
+:data:`ROUTES` and :data:`ERROR_HANDLERS` are what :func:`feiqiu_etl.web.app.create_app` mounts.
+
+Handlers that touch the database are plain functions (Starlette runs them in its thread pool: psycopg blocks);
+the others are ``async``. Nothing here writes to the database except a cancel request
+(:func:`feiqiu_etl.runs.registry.request_cancel`). Bad query parameters raise :class:`BadRequest` (400).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+from markupsafe import Markup
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from feiqiu_etl.db.connection import scrub
+from feiqiu_etl.errortext import one_line
+from feiqiu_etl.runs import registry
+from feiqiu_etl.statistics import RunStatistics
+from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
+from feiqiu_etl.web.state import HERE, AppState
+from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
+
+PER_PAGE = 50
+MAX_PER_PAGE = 500
+
+
+class BadRequest(Exception):
+    """A query parameter that cannot be used; one line for the page or the JSON body (400)."""
+
+
+def _state(request: Request) -> AppState:
+    return request.app.state.web
+
+
+# ------------------------------------------------------------------------------------------------------ pages
+def runs_page(request: Request) -> Response:
+    """``/``: runs newest first, paged, filtered by status and store; running runs with their live totals."""
+    web = _state(request)
+    q = _runs_query(request)
+    with web.db() as conn:
+        total = registry.count_runs(conn, status=q["status"], store=q["store"])
+        rows = registry.list_runs(conn, limit=q["per_page"], offset=(q["page"] - 1) * q["per_page"],
+                                  status=q["status"], store=q["store"])
+        live = queries.live_totals(conn, [r["run_id"] for r in rows if r["status"] == "RUNNING"])
+        stores = queries.store_ids(conn)
+    pages = max(1, -(-total // q["per_page"]))
+
+    def link(**change) -> str:
+        params = {k: v for k, v in {**q, **change}.items() if v not in (None, "") and
+                  not (k == "per_page" and v == PER_PAGE) and not (k == "page" and v == 1)}
+        return "/" + (f"?{urlencode(params)}" if params else "")
+
+    return web.page(request, "runs.html", nav="runs", runs=rows, live=live, total=total, q=q, pages=pages,
+                    stores=stores, statuses=registry.STATUSES, link=link)
+
+
+def run_page(request: Request) -> Response:
+    """``/runs/{id}``: one run per store and task, its errors, log (``?task=``, ``?site=``) and lane timeline."""
+    web = _state(request)
+    wanted = request.path_params["run_id"]
+    with web.db() as conn:
+        rid = registry.resolve_run_id(conn, wanted)
+        if rid is None:
+            raise HTTPException(404, f"no run {wanted!r}")
+        if rid != wanted:
+            return RedirectResponse(f"/runs/{rid}", 303)
+        run = registry.get_run(conn, rid)
+        attempts = registry.run_requests(conn, rid)
+    summary = run.get("summary") or {}
+    svg = _timeline(run, attempts)
+    tasks = summary.get("tasks") or []
+    stores: dict[Any, dict] = {}
+    for lane in summary.get("lanes") or []:
+        for store in lane.get("stores") or []:
+            stores[store["site_id"]] = {**store, "lane": lane.get("name")}
+    by_store: dict[Any, list] = {}
+    for t in tasks:
+        by_store.setdefault(t.get("site_id"), []).append(t)
+    log_task = request.query_params.get("task") or None
+    log_site = _int(request, "site", 0, 0, 2**53) or None
+    log = [e for e in run.get("log") or [] if (log_task is None or e.get("task") == log_task)
+           and (log_site is None or e.get("site_id") == log_site)]
+    return web.page(request, "run.html", nav="runs", run=run, summary=summary, stores=stores, by_store=by_store,
+                    log=log, log_task=log_task, log_site=log_site,
+                    svg=Markup(svg), counts=attempt_counts(attempts), attempts=len(attempts),
+                    config_json=json.dumps(queries.jsonable(run.get("config")), indent=1, ensure_ascii=False),
+                    args_json=json.dumps(queries.jsonable(run.get("args")), indent=1, ensure_ascii=False))
+
+
+def timeline_image(request: Request) -> Response:
+    """``/runs/{id}/timeline.svg``: the lane timeline alone."""
+    with _state(request).db() as conn:
+        run = registry.get_run(conn, request.path_params["run_id"], with_log=False)
+        if run is None:
+            raise HTTPException(404, "no such run")
+        attempts = registry.run_requests(conn, run["run_id"])
+    return Response(_timeline(run, attempts), media_type="image/svg+xml")
+
+
+def live_page(request: Request) -> Response:
+    """``/live``: the running runs, first drawn from the status embedded in the page, then from the stream."""
+    web = _state(request)
+    initial = json.dumps(queries.jsonable(web.read_status()), ensure_ascii=False)
+    return web.page(request, "live.html", nav="live", initial=Markup(_script_json(initial)))
+
+
+def freshness_page(request: Request) -> Response:
+    """``/freshness``: per store and task the end of the last complete window or snapshot, red past ``?hours=``."""
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    with web.db() as conn:
+        report = queries.freshness_report(conn, web.settings, hours)
+    return web.page(request, "freshness.html", nav="freshness", rows=report["rows"], hours=hours,
+                    stale=report["stale"], connector=web.settings.connector)
+
+
+async def show_login(web: AppState, request: Request, status: int = 200, error: str | None = None) -> Response:
+    """The login form (also what the access guard answers a browser without a session, with 401)."""
+    nxt = request.query_params.get("next") or (request.url.path if request.url.path != "/login" else "/")
+    if request.url.query and request.url.path != "/login":
+        nxt += "?" + request.url.query
+    return web.page(request, "login.html", status, next=safe_next(nxt), error=error)
+
+
+async def login(request: Request) -> Response:
+    """``GET /login``: the form (or where to go when already in); ``POST``: check the token, set the cookie."""
+    web = _state(request)
+    if request.method == "GET":
+        if request.state.auth in ("session", "bearer", "open"):
+            return RedirectResponse(safe_next(request.query_params.get("next")), 303)
+        return await show_login(web, request)
+    if not web.security.origin_allowed(request):
+        return JSONResponse({"error": "cross-site login refused"}, 403)
+    form = await request.form()
+    address = client_address(request.scope)  # from here to the check: no await (one step, see security)
+    wait = web.security.throttle.wait(address)
+    if wait > 0:
+        response = await show_login(web, request, 429, error="Too many failed logins from your address: try again "
+                                                            f"in {retry_after(wait)} s.")
+        response.headers["Retry-After"] = retry_after(wait)
+        return response
+    sid = web.security.login(str(form.get("token") or ""), address)
+    if sid is None:
+        await asyncio.sleep(0.5)  # slows guessing down
+        return await show_login(web, request, 401, error="That is not the token this server was started with.")
+    response = RedirectResponse(safe_next(str(form.get("next") or "/")), 303)
+    response.set_cookie(SESSION_COOKIE, sid, max_age=int(SESSION_TTL), httponly=True, samesite="strict", path="/")
+    return response
+
+
+async def logout(request: Request) -> Response:
+    """``POST /logout`` (with the page's CSRF token): end the session."""
+    web = _state(request)
+    form = await request.form()
+    if not web.security.check_csrf(request, str(form.get("csrf_token") or "")):
+        return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
+    web.security.logout(request.state.session)
+    response = RedirectResponse("/login", 303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# -------------------------------------------------------------------------------------------------------- API
+def api_runs(request: Request) -> Response:
+    """``GET /api/runs``: ``{total, limit, offset, runs}`` (the rows of ``runs --json``)."""
+    q = _runs_query(request)
+    limit = _int(request, "limit", q["per_page"], 1, MAX_PER_PAGE)
+    offset = _int(request, "offset", (q["page"] - 1) * q["per_page"], 0, 10**9)
+    with _state(request).db() as conn:
+        total = registry.count_runs(conn, status=q["status"], store=q["store"])
+        rows = registry.list_runs(conn, limit=limit, offset=offset, status=q["status"], store=q["store"])
+    return _json({"total": total, "limit": limit, "offset": offset, "runs": rows})
+
+
+def api_run(request: Request) -> Response:
+    """``GET /api/runs/{id}``: the run as ``show --json`` gives it (``id`` may be a unique prefix or ``last``)."""
+    with _state(request).db() as conn:
+        rid = registry.resolve_run_id(conn, request.path_params["run_id"])
+        run = registry.get_run(conn, rid) if rid else None
+    if run is None:
+        return _json({"error": "no such run"}, 404)
+    return _json(run)
+
+
+def api_requests(request: Request) -> Response:
+    """``GET /api/runs/{id}/requests``: ``{run_id, counts, requests}`` (every lane attempt)."""
+    with _state(request).db() as conn:
+        rid = registry.resolve_run_id(conn, request.path_params["run_id"])
+        if rid is None:
+            return _json({"error": "no such run"}, 404)
+        attempts = registry.run_requests(conn, rid)
+    return _json({"run_id": rid, "counts": attempt_counts(attempts), "requests": attempts})
+
+
+def api_status(request: Request) -> Response:
+    """``GET /api/status``: ``{now, running, finished}``; each running run's ``live`` is a
+    :class:`~feiqiu_etl.statistics.RunStatistics` (see ``/api/status/schema``)."""
+    return _json(_state(request).read_status())
+
+
+async def api_status_schema(request: Request) -> Response:
+    """``GET /api/status/schema``: the JSON Schema of a running run's ``live`` status."""
+    return _json(RunStatistics.json_schema())
+
+
+async def api_stream(request: Request) -> Response:
+    """``GET /api/status/stream``: the ``/api/status`` payload as server-sent events, whenever it changes."""
+    feed = _state(request).feed
+
+    async def events():
+        yield "retry: 2000\n\n"
+        async for payload in feed.listen():
+            yield ": keep-alive\n\n" if payload is None else f"data: {payload}\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+
+def api_freshness(request: Request) -> Response:
+    """``GET /api/freshness?hours=``: ``{connector, stale_after_hours, rows, …}`` (queries.freshness_report)."""
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    with web.db() as conn:
+        return _json(queries.freshness_report(conn, web.settings, hours))
+
+
+def api_csrf(request: Request) -> Response:
+    """``GET /api/csrf``: this session's CSRF token."""
+    return _json({"csrf_token": _state(request).security.csrf_token(request.state.session)})
+
+
+def api_statistics(request: Request) -> Response:
+    """``GET /api/statistics``: counters of the live feed, of access control and of the connection pool."""
+    web = _state(request)
+    stats = web.pool.get_stats()
+    return _json({"feed": asdict(web.feed.statistics()), "security": asdict(web.security.statistics()),
+                  "pool": {k: stats.get(k) for k in ("pool_size", "pool_available", "requests_num",
+                                                     "requests_waiting", "connections_errors")}})
+
+
+async def api_cancel(request: Request) -> Response:
+    """``POST /api/runs/{id}/cancel``: 202 requested, 404 no such run, 409 not running, 403 bad CSRF token (a form
+    post is redirected to ``/live`` instead of 202)."""
+    web = _state(request)
+    form_token, is_form = None, request.headers.get("content-type", "").startswith(
+        ("application/x-www-form-urlencoded", "multipart/form-data"))
+    if is_form:
+        form_token = str((await request.form()).get("csrf_token") or "")
+    if not web.security.check_csrf(request, form_token):
+        return _json({"error": "missing or wrong CSRF token (send X-CSRF-Token from the page, or "
+                               "Authorization: Bearer)"}, 403)
+    run_id = request.path_params["run_id"]
+    who = f"web page ({request.client.host if request.client else 'unknown'})"
+    before = await run_in_threadpool(_cancel, web, run_id, who)
+    if before is None:
+        return _json({"error": "no such run", "run_id": run_id}, 404)
+    if before != "RUNNING":
+        return _json({"error": f"run is not running (status {before})", "run_id": run_id, "status": before}, 409)
+    if is_form:
+        return RedirectResponse("/live", 303)
+    return _json({"run_id": run_id, "requested": True, "status_before": before}, 202)
+
+
+def _cancel(web: AppState, run_id: str, who: str) -> str | None:
+    with web.db() as conn:
+        return registry.request_cancel(conn, run_id, by=who)
+
+
+# --------------------------------------------------------------------------------------------------- errors
+async def not_found(request: Request, exc: HTTPException) -> Response:
+    if request.url.path.startswith("/api/"):
+        return _json({"error": exc.detail}, exc.status_code)
+    return _state(request).page(request, "error.html", exc.status_code, title=str(exc.status_code),
+                                message=exc.detail)
+
+
+async def bad_request(request: Request, exc: BadRequest) -> Response:
+    if request.url.path.startswith("/api/"):
+        return _json({"error": str(exc)}, 400)
+    return _state(request).page(request, "error.html", 400, title="Bad request", message=str(exc))
+
+
+async def database_error(request: Request, exc: Exception) -> Response:
+    web = _state(request)
+    message = "database unavailable: " + scrub(one_line(exc, with_type=False), web.settings.dsn)
+    if request.url.path.startswith("/api/"):
+        return _json({"error": message}, 503)
+    return web.page(request, "error.html", 503, title="Database unavailable", message=message)
+
+
+def _error_handlers() -> dict:
+    handlers: dict = {HTTPException: not_found, BadRequest: bad_request, psycopg.Error: database_error}
+    try:
+        from psycopg_pool import PoolTimeout
+
+        handlers[PoolTimeout] = database_error
+    except ImportError:  # pragma: no cover
+        pass
+    return handlers
+
+
+ROUTES = [
+    Route("/", runs_page),
+    Route("/runs/{run_id:run_id}", run_page),
+    Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
+    Route("/live", live_page),
+    Route("/freshness", freshness_page),
+    Route("/login", login, methods=["GET", "POST"]),
+    Route("/logout", logout, methods=["POST"]),
+    Route("/api/runs", api_runs),
+    Route("/api/runs/{run_id:run_id}", api_run),
+    Route("/api/runs/{run_id:run_id}/requests", api_requests),
+    Route("/api/runs/{run_id:run_id}/cancel", api_cancel, methods=["POST"]),
+    Route("/api/status", api_status),
+    Route("/api/status/schema", api_status_schema),
+    Route("/api/status/stream", api_stream),
+    Route("/api/freshness", api_freshness),
+    Route("/api/csrf", api_csrf),
+    Route("/api/statistics", api_statistics),
+    Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+]
+ERROR_HANDLERS = _error_handlers()
+
+
+# -------------------------------------------------------------------------------------------------- helpers
+def _json(data: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(queries.jsonable(data), status)
+
+
+def _script_json(text: str) -> str:
+    """JSON safe inside ``<script type="application/json">`` (no ``</script>``, no ``<!--``)."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def safe_next(value: str | None) -> str:
+    """A local path to go to after login (never another site: no scheme, no ``//``, no backslash)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or "://" in value:
+        return "/"
+    return value
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, got {raw[:40]!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _runs_query(request: Request) -> dict[str, Any]:
+    status = (request.query_params.get("status") or "").strip().upper() or None
+    if status is not None and status not in registry.STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(registry.STATUSES)}, got {status[:40]!r}")
+    store = _int(request, "store", 0, 0, 2**53) or None
+    return {"status": status, "store": store, "page": _int(request, "page", 1, 1, 10**7),
+            "per_page": _int(request, "per_page", PER_PAGE, 1, MAX_PER_PAGE)}
+
+
+def _hours(request: Request, default: float) -> float:
+    raw = request.query_params.get("hours")
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest(f"hours must be a number, got {raw[:40]!r}") from None
+    if not 0 < value <= 24 * 365 or value != value:
+        raise BadRequest(f"hours must be above 0 and at most {24 * 365}, got {raw[:40]}")
+    return value
+
+
+def _timeline(run: dict, attempts: list[dict]) -> str:
+    summary = run.get("summary") or {}
+    finished = run.get("status") != "RUNNING"
+    return timeline_svg(attempts, started_at=run["started_at"],
+                        seconds=float(run["duration"]) if finished and run.get("duration") is not None else None,
+                        rows_series=(summary.get("timeline") or {}).get("rows"),
+                        lanes=[lane["name"] for lane in summary.get("lanes") or [] if lane.get("name")])

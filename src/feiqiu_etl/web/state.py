@@ -1,0 +1,103 @@
+"""``AppState``: what every route handler of the web page shares — settings, access rules, the connection pool,
+the templates and the live feed — built once per application by :func:`feiqiu_etl.web.app.create_app`.
+
+Handlers (:mod:`.routes`) find it as ``request.app.state.web``. It opens nothing when built: the pool opens when
+the application starts (:meth:`AppState.lifespan`) and closes, with the live feed, when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+
+import psycopg
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from psycopg_pool import ConnectionPool
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn
+from feiqiu_etl.runs import registry
+from feiqiu_etl.web import queries
+from feiqiu_etl.web.format import FILTERS
+from feiqiu_etl.web.live import LiveFeed
+from feiqiu_etl.web.security import Security
+
+if TYPE_CHECKING:
+    from feiqiu_etl.web.app import WebSettings
+
+HERE = Path(__file__).parent
+
+
+class AppState:
+    """See module docstring. ``settings`` as given; ``security`` the access rules; ``pool`` the database
+    connections (at most ``settings.pool_size``, each checkout waits at most ``connect_timeout`` s);
+    ``feed`` the one poller behind every Live page; ``shown_dsn`` what the footer says of the database."""
+
+    def __init__(self, settings: WebSettings):
+        self.settings = settings
+        self.security = Security(settings.token, settings.host)
+        self.pool = ConnectionPool(settings.dsn, min_size=1, max_size=settings.pool_size, open=False,
+                                   name="feiqiu-web",
+                                   kwargs={"options": f"-c TimeZone={SESSION_TIME_ZONE}",
+                                           "connect_timeout": max(1, round(settings.connect_timeout))},
+                                   timeout=settings.connect_timeout)
+        self.templates = _templates()
+        self.shown_dsn = describe_dsn(settings.dsn)
+        self.feed = LiveFeed(self.read_status, sweep=self.sweep, interval=settings.poll_interval)
+
+    @contextlib.contextmanager
+    def db(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection (psycopg and pool errors propagate: the app answers 503)."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    def read_status(self) -> dict:
+        """``/api/status``: running runs with their live status, runs ended in the last 10 minutes."""
+        with self.db() as conn:
+            return queries.status_payload(conn)
+
+    def sweep(self) -> None:
+        """Mark runs whose process vanished INTERRUPTED."""
+        with self.db() as conn:
+            registry.sweep_interrupted(conn, self.settings.run_stale_after)
+
+    def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """``template`` rendered with ``context`` plus what every page shows (CSRF token, who is logged in,
+        the database, the version, the time zone)."""
+        context.update(request=request, csrf_token=self.security.csrf_token(request.state.session),
+                       auth=request.state.auth, shown_dsn=self.shown_dsn, version=self.settings.version,
+                       time_zone=SESSION_TIME_ZONE)
+        context.setdefault("nav", "")
+        return HTMLResponse(self.templates.get_template(template).render(**context), status)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """Open the pool on startup; on shutdown end the live feed and close the pool (2 s at most)."""
+        await run_in_threadpool(self.pool.open, False)
+        try:
+            yield
+        finally:
+            self.feed.close()
+            await run_in_threadpool(self.pool.close, 2.0)
+
+
+def _templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html", "svg"],
+                                                                                               default=True))
+    env.filters.update(FILTERS)
+    return env
+
+
+def describe_dsn(dsn: str) -> str:
+    """``feiqiu_etl (user postgres) on /run/dir:5432`` — database, user, host and port; never the password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        p = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - unparseable: the redacted form (or nothing)
+        return redact_dsn(dsn)
+    where = f"{p.get('host') or 'localhost'}{':' + str(p['port']) if p.get('port') else ''}"
+    return f"{p.get('dbname') or p.get('user') or '?'} (user {p.get('user') or '?'}) on {where}"
