@@ -14,6 +14,8 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 import click
@@ -27,6 +29,9 @@ from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
+
+
+log = logging.getLogger("feiqiu_etl.run")
 
 
 class UsageFailure(click.ClickException):
@@ -211,11 +216,64 @@ def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     return build_plan(inputs, history, now=now)
 
 
+@dataclass
+class _Planned:
+    """The plan and the warehouse's identity (:func:`feiqiu_etl.runs.late.database_identity`) — or, when the
+    database stopped answering while planning, the FAILED ``result`` (exit 7) of a run that never started."""
+
+    plan: Any = None
+    database: str | None = None
+    result: Any = None
+
+
+def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection], token: CancellationToken | None,
+                 invocation, *, now=None) -> _Planned:
+    """:func:`plan_run` with the run's database bounds: on a connection of its own that the database watchdog
+    watches, retried after a lost connection (DDL and reads: idempotent), given up after ``db.unavailable_limit``.
+    A database that stops answering here ends the run FAILED (exit 7) with its record kept for later
+    (:mod:`feiqiu_etl.runs.late`); a cancel meanwhile is :class:`CancelledEarly`; any other database error a
+    :class:`UsageFailure` (exit 2), as before."""
+    from feiqiu_etl.db.health import DatabaseHealth
+    from feiqiu_etl.runner import RunResult
+    from feiqiu_etl.runner.flow_runner import keep_late_record
+    from feiqiu_etl.runs.late import database_identity
+
+    limits = DbLimits.of(inputs.settings.db)
+    health = DatabaseHealth(dsn, connect, limits=DbLimits(limits.connect_timeout, limits.unavailable_limit, 1,
+                                                          limits.statement_timeout),
+                            cancel_event=token.event if token is not None else None)
+    out = _Planned()
+    started = datetime.now(timezone.utc)
+
+    def planning(conn: psycopg.Connection):
+        out.database = database_identity(conn)
+        return plan_run(inputs, conn, now=now)
+
+    try:
+        out.plan = health.slot().run(planning)
+    except DatabaseUnavailable as exc:
+        if token is not None and token.is_cancelled:
+            raise CancelledEarly("cancelled while preparing the database; nothing was run") from None
+        result = RunResult(invocation.run_id, inputs.connector.name, database_lost=True,
+                           error=f"database unavailable while preparing the run: {_db_error(exc, dsn)}")
+        result.finish(False)
+        result.started_at, result.finished_at = started.isoformat(), datetime.now(timezone.utc).isoformat()
+        log.error("%s", result.error)
+        keep_late_record(result, invocation, out.database, started_at=started)
+        out.result = result
+    except psycopg.Error as exc:
+        raise UsageFailure(f"cannot prepare the database: {_db_error(exc, dsn)}") from None
+    finally:
+        health.close()
+    return out
+
+
 def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str = "run", args: dict | None = None,
                  progress: bool = True, abortable: bool = True):
     """Validate, start the database if needed (the settings' ``db_dsn``: ``--dsn``, ``$ETL_DB_DSN``, else
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
-    Returns the :class:`~feiqiu_etl.runner.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
+    Returns the :class:`~feiqiu_etl.runner.RunResult` (also of a run that ended because the database stopped
+    answering while it was planned: FAILED, exit 7). Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
     from feiqiu_etl.runner import FlowRunner, RunnerWiring
     from feiqiu_etl.runs.registry import Invocation
 
@@ -223,19 +281,18 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     token = CancellationToken(timeout=options.timeout)
+    invocation = Invocation(command=command, args=args or {})
     try:
         with signals_cancel(token), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
             if token.is_cancelled:
                 raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
             check_database(real_dsn, token, db_timeout)
-            try:
-                with connect(real_dsn) as conn:
-                    plan = plan_run(inputs, conn, now=options.now)
-            except psycopg.Error as exc:
-                raise UsageFailure(f"cannot prepare the database: {_db_error(exc, real_dsn)}") from None
-            wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable)
-            runner = FlowRunner(plan, real_dsn, invocation=Invocation(command=command, args=args or {}),
-                                cancel_token=token, wiring=wiring)
+            planned = plan_bounded(inputs, real_dsn, connect, token, invocation, now=options.now)
+            if planned.result is not None:
+                return planned.result
+            wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable,
+                                  database=planned.database)
+            runner = FlowRunner(planned.plan, real_dsn, invocation=invocation, cancel_token=token, wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.settings.progress.heartbeat_seconds
@@ -273,11 +330,12 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     check_database(dsn, token, db_timeout)
-    with connect(dsn) as conn:
-        plan = plan_run(inputs, conn, now=options.now)
+    invocation = Invocation(command=command, args=args or {})
+    planned = plan_bounded(inputs, dsn, connect, token, invocation, now=options.now)
+    if planned.result is not None:
+        return planned.result
     kw = {"client_factory": client_factory} if client_factory is not None else {}
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
-                          **kw)
-    runner = FlowRunner(plan, dsn, invocation=Invocation(command=command, args=args or {}), cancel_token=token,
-                        wiring=wiring)
+                          database=planned.database, **kw)
+    runner = FlowRunner(planned.plan, dsn, invocation=invocation, cancel_token=token, wiring=wiring)
     return runner.run()

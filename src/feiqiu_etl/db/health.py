@@ -51,6 +51,8 @@ BACKOFF_START = 0.25
 BACKOFF_MAX = 5.0
 WATCH_INTERVAL = 0.2
 """Seconds between two looks of the watchdog at the statements in flight."""
+CANCELLED_STALL = 1.0
+"""The watchdog's patience (s) once the run is cancelled."""
 _RETRY_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53100", "53200", "53300", "40001", "40P01", "25P03")
 """Connection exceptions, admin/crash shutdown, cannot connect now, disk full, out of memory, too many
 connections, serialization failure, deadlock, idle-in-transaction timeout: worth a reconnect and a retry."""
@@ -113,12 +115,15 @@ class DatabaseWatchdog:
     (its socket shut down), so each waiting thread gets a connection error at once and its retry logic takes
     over. A slow statement on a live server is left alone as long as anything else answers — the run's heartbeat
     does, once a second — or, when nothing else runs, a ``SELECT 1`` on a connection of the watchdog's own
-    (``probe()``, opened only while in doubt, closed after) answers. The watchdog's own thread never does I/O.
+    (``probe()``, opened only while in doubt, closed after) answers. Once ``cancel_event`` is set (the run is
+    cancelled: a signal must end it within seconds) the patience is :data:`CANCELLED_STALL` s at most. The
+    watchdog's own thread never does I/O.
     """
 
     def __init__(self, stall: float, *, probe: Callable[[], psycopg.Connection] | None = None,
-                 name: str = "db-watchdog"):
+                 name: str = "db-watchdog", cancel_event: threading.Event | None = None):
         self.stall = stall
+        self._cancel = cancel_event
         self._probe_connect = probe
         self._name = name
         self._lock = threading.Lock()
@@ -171,6 +176,8 @@ class DatabaseWatchdog:
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.monotonic()
+            stall = min(self.stall, CANCELLED_STALL) if self._cancel is not None and self._cancel.is_set() \
+                else self.stall
             drop: list[_InFlight] = []
             probe = False
             with self._lock:
@@ -179,13 +186,13 @@ class DatabaseWatchdog:
                     continue
                 oldest = min(op.started for op in waiting)
                 quiet = now - max(self._last_answer, oldest)
-                if now - oldest > self.stall and quiet > self.stall:
+                if now - oldest > stall and quiet > stall:
                     since = max(self._last_answer, oldest)
                     for op in waiting:
                         op.dropped_since = since
                     drop = waiting
                     self._dropped += len(drop)
-                elif (now - oldest > self.stall / 2 and quiet > self.stall / 2 and self._probe_connect is not None
+                elif (now - oldest > stall / 2 and quiet > stall / 2 and self._probe_connect is not None
                       and not self._probing):
                     self._probing = probe = True
             if drop:
@@ -264,7 +271,7 @@ class DatabaseHealth:
         self._on_up = on_up
         self._on_gave_up = on_gave_up
         self.watchdog = DatabaseWatchdog(stall if stall is not None else stall_seconds(self.limit),
-                                         probe=lambda: connect(dsn))
+                                         probe=lambda: connect(dsn), cancel_event=cancel_event)
         self._lock = threading.Lock()          # the figures below
         self._transition = threading.Lock()    # an outage's start or end together with on_down/on_up
         self._pool = None
@@ -285,6 +292,11 @@ class DatabaseHealth:
     def gave_up(self) -> bool:
         with self._lock:
             return self._gave_up
+
+    @property
+    def gave_up_reason(self) -> str:
+        with self._lock:
+            return f"database unavailable for more than {self.limit:.0f} s: {self._last_error}"
 
     @property
     def cancelled(self) -> bool:
@@ -392,15 +404,13 @@ class DatabaseHealth:
     def _wait(self, delay: float, since: float) -> None:
         """Sleep ``delay`` (cancellable) before the next try of an operation failing since ``since``, or raise once
         that is longer ago than the limit (or the run gave up already)."""
-        notify = gave_up = False
-        reason = ""
         with self._lock:
             left = self.limit - (time.monotonic() - since)
-            if left <= 0 or self._gave_up:
-                notify, gave_up = not self._gave_up, True
-                self._gave_up = True
-                reason = f"database unavailable for more than {self.limit:.0f} s: {self._last_error}"
+            gave_up = left <= 0 or self._gave_up
+            notify = gave_up and not self._gave_up
+            self._gave_up = gave_up or self._gave_up
         if gave_up:
+            reason = self.gave_up_reason
             if notify:
                 log.error("%s; stopping the run", reason)
                 if self._on_gave_up is not None:
@@ -442,6 +452,8 @@ class DbSlot:
         transaction ``op`` leaves open is committed. Raises :class:`DatabaseUnavailable` past the limit (or
         when the run is cancelled while the database is away), and ``op``'s own errors."""
         health = self.health
+        if health.gave_up:  # past the limit already: no new wait (the run is ending)
+            raise DatabaseUnavailable(health.gave_up_reason)
         delay = BACKOFF_START
         since: float | None = None   # this operation fails since then
         answered = False

@@ -78,7 +78,8 @@ ALTER TABLE etl_meta.run
     ADD COLUMN IF NOT EXISTS rows_written bigint,
     ADD COLUMN IF NOT EXISTS requests integer,
     ADD COLUMN IF NOT EXISTS rejections integer,
-    ADD COLUMN IF NOT EXISTS errors integer;
+    ADD COLUMN IF NOT EXISTS errors integer,
+    ADD COLUMN IF NOT EXISTS recorded_late_at timestamptz;
 """
 _RUN_TABLES = """
 CREATE INDEX IF NOT EXISTS run_started_idx ON etl_meta.run (started_at DESC);

@@ -11,6 +11,7 @@ handles signals; everything else about a run happens here.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from feiqiu_etl.runs import registry
 from feiqiu_etl.runs.control import RunControl
 from feiqiu_etl.runs.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
 from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
+from feiqiu_etl.runs.late import database_identity
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
@@ -47,12 +49,15 @@ class RunnerWiring:
     """How a runner reaches the outside: ``connect`` opens a database connection (None: Asia/Shanghai sessions,
     :func:`feiqiu_etl.db.connection.connect`), ``client_factory`` builds each lane's API client,
     ``heartbeat`` is the seconds between heartbeats (live status, cancel check), ``abortable`` lets a cancel
-    abort the request in flight."""
+    abort the request in flight; ``database`` the warehouse's identity (below)."""
 
     connect: Callable[[str], psycopg.Connection] | None = None
     client_factory: Callable[..., APIClient] = APIClient
     heartbeat: float = 1.0
     abortable: bool = True
+    database: str | None = None
+    """:func:`feiqiu_etl.runs.late.database_identity` of the warehouse, when the caller knows it (planning did):
+    where a record the database did not take is written later."""
 
 
 def envelope_rules(connector: Connector) -> EnvelopeRules:
@@ -99,7 +104,8 @@ class FlowRunner:
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
                             connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
-                              store_request=self._store_request, client_factory=wiring.client_factory)
+                              store_request=self._store_request, client_factory=wiring.client_factory,
+                              stall_after=plan.stall_after)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
         self.control: RunControl | None = None
@@ -110,17 +116,20 @@ class FlowRunner:
         self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
         self._sampled = float("-inf")
         self._t0 = time.monotonic()
+        self._started_at: datetime | None = None
+        self._database = wiring.database   # where the run is recorded (runs.late.database_identity)
 
     # ------------------------------------------------------------------------------------------------ run
     def run(self) -> RunResult:
         started = datetime.now(timezone.utc)
         self._t0 = time.monotonic()
         self.result.started_at = started.isoformat()
+        self._started_at = started
         plan = self.plan
-        with self.health.slot() as slot:
-            slot.run(lambda conn: registry.start_run(
-                conn, self.invocation, config=plan.settings, lanes=[lane.key for lane in plan.lanes],
-                stores=plan.stores, tasks=plan.task_codes, started_at=started))
+        try:
+            self.health.slot().run(self._start_record)
+        except DatabaseUnavailable as exc:  # the database stopped answering as the run began: it ends here
+            return self._lost_at_start(exc)
         RunIdFilter.run_id = self.run_id
         from feiqiu_etl.alerts import warm_up  # loads Apprise meanwhile, so the end spends only the bound
 
@@ -129,7 +138,8 @@ class FlowRunner:
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
         self.control = RunControl(self.dsn, self.run_id, self.token, live=self.statistics, connect=self._connect,
-                                  interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost).start()
+                                  interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost,
+                                  watchdog=self.health.watchdog).start()
         try:
             log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
                      len(plan.stores), plan.task_count, ", then DWD" if plan.dwd else "")
@@ -145,7 +155,7 @@ class FlowRunner:
                     t.join(0.2)
             if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
                 log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
-            elif plan.dwd is not None and not self.token.is_cancelled:
+            elif plan.dwd is not None and not self.token.is_cancelled and not self.result.database_lost:
                 self._phase = "dwd"
                 self.result.dwd = self._run_dwd()
         finally:
@@ -161,6 +171,24 @@ class FlowRunner:
         from feiqiu_etl.alerts import after_run  # bounded by alerts.timeout_seconds; never raises
 
         self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._connect)
+        return self.result
+
+    def _start_record(self, conn: psycopg.Connection) -> None:
+        plan = self.plan
+        self._database = database_identity(conn)
+        registry.start_run(conn, self.invocation, config=plan.settings, lanes=[lane.key for lane in plan.lanes],
+                           stores=plan.stores, tasks=plan.task_codes, started_at=self._started_at)
+
+    def _lost_at_start(self, exc: BaseException) -> RunResult:
+        """The run could not even be recorded as started: it ends FAILED (exit 7) and keeps its record."""
+        self.result.database_lost = True
+        self.result.error = one_line(exc, with_type=False)
+        for lane in self.lanes:
+            lane.refuse(self.result.error)
+        self.result.finish(self.token.is_cancelled)
+        self.result.finished_at = datetime.now(timezone.utc).isoformat()
+        self._keep_record(self.result.to_dict())
+        self.health.close()
         return self.result
 
     def _take_lanes(self) -> list[LaneRunner]:
@@ -225,18 +253,22 @@ class FlowRunner:
         summary = r.to_dict()
         summary["timeline"] = {"rows": _downsample(self._series + [[round(time.monotonic() - self._t0, 2),
                                                                      r.totals()["rows_written"]]])}
-        if self.control is not None:
-            self.control.stop()
-        if self.control is not None:
+        answering = self.health.statistics().available and not self.health.gave_up
+        if self.control is not None:  # its last beat and log flush; not long when the database does not answer
+            self.control.stop(wait=5.0 if answering and not self.token.is_cancelled else 1.0)
             self.control.flush_now()
         try:
-            with self.health.slot() as slot:
-                slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
-                                                          summary=summary, error=r.error or r.first_reason(),
-                                                          totals=r.totals()))
+            self.health.slot().run(lambda conn: registry.finish_run(
+                conn, self.run_id, status=r.status, exit_code=r.exit_code, summary=summary,
+                error=r.error or r.first_reason(), totals=r.totals()))
         except (psycopg.Error, DatabaseUnavailable) as exc:
-            log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
-                      one_line(exc))
+            log.error("could not record the end of run %s: %s", self.run_id, one_line(exc))
+            self._keep_record(summary)
+
+    def _keep_record(self, summary: dict) -> None:
+        """The database did not take the run's record: keep it for the next command that reaches it."""
+        keep_late_record(self.result, self.invocation, self._database, started_at=self._started_at, plan=self.plan,
+                         summary=summary)
 
     # ------------------------------------------------------------------------------------------------ logs
     def _store_entry(self, item: dict) -> None:
@@ -282,6 +314,32 @@ class FlowRunner:
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]
+
+
+def keep_late_record(result: RunResult, invocation: Invocation, database: str | None, *,
+                     started_at: datetime | None, plan: RunPlan | None = None, summary: dict | None = None) -> None:
+    """Keep the record of a run the database did not take (:mod:`feiqiu_etl.runs.late`), for the next command
+    that reaches ``database``; logs where (or why not). ``plan`` None: the run ended while planning."""
+    from feiqiu_etl import __version__
+    from feiqiu_etl.runs import late
+
+    if database is None:
+        log.error("run %s cannot be recorded: the database never answered it", result.run_id)
+        return
+    now = datetime.now(timezone.utc)
+    record = late.LateRecord(
+        run_id=result.run_id, database=database, command=invocation.command,
+        started_at=(started_at or now).isoformat(), finished_at=result.finished_at or now.isoformat(),
+        status=result.status, exit_code=result.exit_code, error=result.error or result.first_reason(),
+        args=dict(invocation.args), config=plan.settings if plan is not None else {},
+        lanes=tuple(lane.key for lane in plan.lanes) if plan is not None else (),
+        stores=plan.stores if plan is not None else (), tasks=plan.task_codes if plan is not None else (),
+        summary=summary if summary is not None else result.to_dict(), totals=result.totals(), host=registry.HOST,
+        pid=os.getpid(), process_started=registry.process_started(), version=__version__)
+    path = late.keep(record)
+    if path is not None:
+        log.error("run %s: its record is kept in %s and written by the next command that reaches the database",
+                  result.run_id, path)
 
 
 def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]]:
