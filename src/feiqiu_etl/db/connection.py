@@ -91,7 +91,11 @@ def open_pool(dsn: str, connect_fn: Callable[[str], psycopg.Connection], limits:
     connections on demand (none kept idle beyond the run's need); a caller waits at most the ``timeout`` it
     gives ``getconn`` (``psycopg_pool.PoolTimeout``, a ``psycopg.OperationalError``). Failed background connects
     are retried for at most ``limits.unavailable_limit`` s. Opened at once; close it with ``close()``."""
+    import logging
+
     from psycopg_pool import ConnectionPool
+
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # our own lines say what happened, once
 
     class RunConnection(psycopg.Connection):
         """The pool opens its connections with ``connect_fn`` (psycopg-pool calls ``connection_class.connect``)."""

@@ -278,6 +278,7 @@ class DatabaseHealth:
         self._pool_lock = threading.Lock()
         self._closed = False
         self._retrying = 0
+        self._answering = True      # False from a connection failure until an operation is answered again
         self._down_since: float | None = None
         self._outages = 0
         self._reconnects = 0
@@ -297,6 +298,17 @@ class DatabaseHealth:
     def gave_up_reason(self) -> str:
         with self._lock:
             return f"database unavailable for more than {self.limit:.0f} s: {self._last_error}"
+
+    @property
+    def answering(self) -> bool:
+        """False from a connection failure until the server answers an operation again."""
+        with self._lock:
+            return self._answering
+
+    @property
+    def last_error(self) -> str | None:
+        with self._lock:
+            return self._last_error
 
     @property
     def cancelled(self) -> bool:
@@ -356,8 +368,8 @@ class DatabaseHealth:
         with self._pool_lock:
             self._closed = True
             pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close(timeout=1.0)
+        if pool is not None:  # its workers may be in a connect to a server that does not answer: not waited for long
+            pool.close(timeout=1.0 if self.answering else 0.1)
         self.watchdog.stop()
 
     # ------------------------------------------------------------------------------------------ outages
@@ -369,6 +381,7 @@ class DatabaseHealth:
         with self._transition:
             with self._lock:
                 self._last_error = text
+                self._answering = False
                 self._retrying += 1 if first else 0
                 start = self._down_since is None
                 if start:
@@ -384,20 +397,25 @@ class DatabaseHealth:
         """An operation ended: ``answered`` — it succeeded, or the server answered it with an error of its own —
         or not (it gave up, was cancelled); ``retrying``: it had been retrying. The outage ends, and the lanes
         resume, as soon as the server answers an operation after the last failure (a database that answers is
-        back, even while other operations still retry), or when no operation is retrying any more."""
-        if not retrying and self._down_since is None:
+        back, even while other operations still retry), or when no operation is retrying any more (then the
+        lanes are not left paused with nobody to resume them; the next failure pauses them again)."""
+        if not retrying and self._down_since is None and self._answering:
             return  # the common case, without a lock: nothing is down (a failure that starts later is later)
         with self._transition:
             with self._lock:
                 if retrying:
                     self._retrying -= 1
+                if answered:
+                    self._answering = True
                 if self._down_since is None or (not answered and self._retrying > 0):
                     return
                 since, self._down_since = self._down_since, None
-                self._reconnects += 1
-                gave_up = self._gave_up
-            if not gave_up:
+                self._reconnects += 1 if answered else 0
+                quiet = self._gave_up or (self._cancel is not None and self._cancel.is_set())
+            if answered:
                 log.warning("database back after %.1f s; resuming", time.monotonic() - since)
+            elif not quiet:
+                log.warning("no operation waits for the database any more; resuming the lanes")
             if self._on_up is not None:
                 self._on_up()
 
@@ -432,7 +450,7 @@ class DatabaseHealth:
                      "idle": raw.get("pool_available", 0), "waiting": raw.get("requests_waiting", 0)}
         with self._lock:
             down = time.monotonic() - self._down_since if self._down_since is not None else 0.0
-            return HealthStatistics(self._down_since is None, self._outages, down, self._reconnects,
+            return HealthStatistics(self._down_since is None and self._answering, self._outages, down, self._reconnects,
                                     self._last_error, self._gave_up, self._retrying, stats,
                                     self.watchdog.statistics())
 
@@ -454,6 +472,8 @@ class DbSlot:
         health = self.health
         if health.gave_up:  # past the limit already: no new wait (the run is ending)
             raise DatabaseUnavailable(health.gave_up_reason)
+        if health.cancelled and not health.answering:  # cancelled: no new wait for a database that is away
+            raise DatabaseUnavailable(f"cancelled while the database was unavailable: {health.last_error}")
         delay = BACKOFF_START
         since: float | None = None   # this operation fails since then
         answered = False

@@ -253,9 +253,9 @@ class FlowRunner:
         summary = r.to_dict()
         summary["timeline"] = {"rows": _downsample(self._series + [[round(time.monotonic() - self._t0, 2),
                                                                      r.totals()["rows_written"]]])}
-        answering = self.health.statistics().available and not self.health.gave_up
+        answering = self.health.answering and not self.health.gave_up
         if self.control is not None:  # its last beat and log flush; not long when the database does not answer
-            self.control.stop(wait=5.0 if answering and not self.token.is_cancelled else 1.0)
+            self.control.stop(wait=5.0 if answering else 0.5)
             self.control.flush_now()
         try:
             self.health.slot().run(lambda conn: registry.finish_run(

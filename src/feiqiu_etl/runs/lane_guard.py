@@ -255,13 +255,26 @@ class LaneGuard:
             return lost
 
     def release(self) -> None:
-        """Release every lock: closing the session does it (no statement, so it never waits on the server)."""
-        with self._lock:
+        """Release every lock: closing the session does it (no statement, so it never waits on the server). When
+        the session is busy in another thread (the run control's check, on a server that does not answer), its
+        socket is shut down instead — the server ends the session, and the locks with it, when it notices — and
+        nothing waits for that thread."""
+        from feiqiu_etl.db.connection import abandon
+
+        locked = self._lock.acquire(timeout=0.5)
+        try:
             conn, self._conn = self._conn, None
             self._held.clear()
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
+        finally:
+            if locked:
+                self._lock.release()
+        if conn is None:
+            return
+        if not locked:
+            abandon(conn)
+            return
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
 
     def statistics(self) -> LaneGuardStatistics:
         with self._lock:
