@@ -150,14 +150,15 @@ class RunControl:
             if lane.stalled_for is not None and lane.name not in self._stalled:
                 self._stalled[lane.name] = time.monotonic()
                 cur = lane.current
-                doing = (f"{cur.task} {cur.request or ''}".strip() + (" in flight" if cur.in_flight else "")) \
-                    if cur is not None else "no request"
-                log.warning("lane %s: no progress for %.0f s (%s; waiting: %s)", lane.name, lane.stalled_for, doing,
-                            lane.wait_reason or ("the database" if not cur else "its task"))
+                doing = f"{cur.task} {cur.request or ''}".strip() if cur is not None else "no request"
+                waiting = ("for the upstream's response" if cur is not None and cur.in_flight else
+                           f"for {lane.wait_reason}" if lane.wait_reason else "for its tasks (processing, writing)")
+                log.warning("lane %s: no progress for %.0f s (%s; waiting %s)", lane.name, lane.stalled_for, doing,
+                            waiting)
             elif lane.stalled_for is None and lane.name in self._stalled:
                 since = self._stalled.pop(lane.name)
-                if lane.state == "running":
-                    log.warning("lane %s: moving again after %.0f s", lane.name, time.monotonic() - since)
+                log.warning("lane %s: moving again after %.0f s%s", lane.name, time.monotonic() - since,
+                            "" if lane.state == "running" else f" ({lane.state})")
 
     def _watched(self, conn: psycopg.Connection):
         """The body's statements on ``conn``, watched by the run's database watchdog (if any)."""
