@@ -429,7 +429,12 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     role that is, or can become (SET ROLE, any membership, inherited or not), a superuser or a member of
     pg_execute_server_program, pg_read_server_files or pg_write_server_files is refused. The statement is sent
     as a prepared statement (so a second statement is refused) inside a READ ONLY transaction that is rolled
-    back (so nothing is written and no NOTIFY is sent), and cancelled after --timeout seconds (exit 2)."""
+    back (so nothing is written and no NOTIFY is sent), and cancelled after --timeout seconds (exit 2).
+
+    Without --dsn the embedded server's data folder is <home>/pgdata (home: FEIQIU_ETL_HOME, else
+    /var/lib/feiqiu-etl as root, else ~/.local/share/feiqiu-etl); as root, when its account feiqiu_etl_pg
+    cannot enter the home (under /root, made by mktemp -d), /var/lib/feiqiu-etl/homes/<hash of the
+    home>/pgdata. `feiqiu-etl config show` prints which."""
     import psycopg
 
     from feiqiu_etl.db.connection import connect, scrub

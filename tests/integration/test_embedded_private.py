@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import conninfo
+from userkit import private_tree as _private_tree, python_for
 
 from feiqiu_etl.db.embedded import (
     READER, SECRET_FILE, SERVER_ACCOUNT, SOCKET_NAME, SUPERUSER, EmbeddedPostgres, EmbeddedServerError, etl_home,
@@ -33,17 +34,6 @@ def _modes(path: Path) -> dict[Path, int]:
 
 def _server_uid() -> int:
     return pwd.getpwnam(SERVER_ACCOUNT).pw_uid if ROOT else os.geteuid()
-
-
-def _private_tree(root: Path) -> list[str]:
-    """Files and folders under ``root`` that grant any group or world access."""
-    loose = []
-    for folder, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            st = os.lstat(Path(folder) / name)
-            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
-                loose.append(f"{Path(folder) / name} {stat.S_IMODE(st.st_mode):04o}")
-    return loose
 
 
 @pytest.fixture
@@ -163,8 +153,9 @@ def test_another_user_cannot_connect(fresh_home):
     try:
         dsns = [server.dsn("postgres"), server.dsn("postgres", user=READER),
                 conninfo.make_conninfo(server.dsn("postgres"), passfile=os.devnull)]
-        proc = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
-                               "-c", probe, *dsns], capture_output=True, text=True, timeout=60, cwd="/")
+        python, env = python_for("nobody")  # this checkout may be closed to nobody: userkit mirrors it then
+        proc = subprocess.run([*python, "-c", probe, *dsns], capture_output=True, text=True, timeout=60, cwd="/",
+                              env={**os.environ, **env})
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr

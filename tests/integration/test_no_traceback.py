@@ -10,16 +10,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from userkit import python_for
 
 ROOT = os.geteuid() == 0
 
 
 def _cli(*args: str, home: Path | str | None = None, prefix: list[str] | None = None, cwd=None,
-         timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess:
+         timeout: float = 120, nobody: bool = False, **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("ETL_DB_DSN", "FEIQIU_ETL_HOME")} | extra_env
     if home is not None:
         env["FEIQIU_ETL_HOME"] = str(home)
-    return subprocess.run([*(prefix or []), sys.executable, "-m", "feiqiu_etl", *args], capture_output=True,
+    python = [sys.executable]
+    if nobody:  # as the user nobody, who may not be able to read this checkout (userkit)
+        python, more = python_for("nobody")
+        env |= more
+    return subprocess.run([*(prefix or []), *python, "-m", "feiqiu_etl", *args], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=cwd)
 
 
@@ -60,15 +65,11 @@ def test_home_on_a_read_only_filesystem(tmp_path):
     _one_line(proc, "Read-only file system")
 
 
-def _as_nobody() -> list[str]:
-    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-
-
 def test_home_the_user_cannot_write(fresh_home):
     fresh_home.mkdir()
     if ROOT:  # root may write anywhere: the user is nobody, the folder root's
         fresh_home.chmod(0o755)
-        proc = _cli("sql", "SELECT 1", home=fresh_home / "home", prefix=_as_nobody(), cwd="/")
+        proc = _cli("sql", "SELECT 1", home=fresh_home / "home", nobody=True, cwd="/")
     else:
         fresh_home.chmod(0o555)
         proc = _cli("sql", "SELECT 1", home=fresh_home / "home")
@@ -78,8 +79,8 @@ def test_home_the_user_cannot_write(fresh_home):
 def test_default_home_of_a_user_without_a_home_folder():
     if not ROOT:
         pytest.skip("needs root to run as nobody (whose home /nonexistent cannot be created)")
-    _one_line(_cli("sql", "SELECT 1", prefix=_as_nobody(), cwd="/", HOME="/nonexistent"), "Permission denied")
-    _one_line(_cli("sql", "SELECT 1", prefix=_as_nobody(), cwd="/", HOME="/root"), "Permission denied")
+    _one_line(_cli("sql", "SELECT 1", nobody=True, cwd="/", HOME="/nonexistent"), "Permission denied")
+    _one_line(_cli("sql", "SELECT 1", nobody=True, cwd="/", HOME="/root"), "Permission denied")
 
 
 def test_pgdata_created_by_another_user(fresh_home):
@@ -94,7 +95,7 @@ def test_pgdata_created_by_another_user(fresh_home):
         _one_line(_cli("sql", "SELECT 1", home=fresh_home), "belongs to nobody")
         os.chown(pgdata, 0, 0)
         os.chown(fresh_home, nobody.pw_uid, nobody.pw_gid)
-        _one_line(_cli("sql", "SELECT 1", home=fresh_home, prefix=_as_nobody(), cwd="/"), "belongs to root")
+        _one_line(_cli("sql", "SELECT 1", home=fresh_home, nobody=True, cwd="/"), "belongs to root")
     else:
         pytest.skip("needs root to make a folder of another user")
 

@@ -26,7 +26,8 @@ def _overlaps(log) -> list:
 def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
     with Simulator(sim_config(seed=21)) as sim:
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.15, 0.2)), env)  # ~8 s
+        # ~15 s: longer than a second CLI process takes to start on a loaded 2-core machine (seen: 8 s at load 5)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.3, 0.4)), env)
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         holder = running_run(pg_dsn)["run_id"]
         second = cli(*run_args(sim, pg_dsn, *SETTLEMENT, dwd=True)[3:], env=env)  # DWD must not hide the refusal
@@ -46,7 +47,7 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
 def test_with_wait_for_lane_the_second_run_waits_then_runs_without_overlap(pg_dsn):
     with Simulator(sim_config(seed=22)) as sim:
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.06, 0.08)), env)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.2, 0.25)), env)   # ~10 s: outlasts a CLI start
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         second = start(run_args(sim, pg_dsn, *SETTLEMENT, "--wait-for-lane", "120"), env)
         results = [finish(first), finish(second)]

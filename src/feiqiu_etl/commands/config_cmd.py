@@ -117,13 +117,14 @@ def _named(settings) -> list[dict]:
     """The named settings: secrets as set/not set (the token by its fingerprint), the DSN without its password."""
     from feiqiu_etl.config.settings import fingerprint, reveal
     from feiqiu_etl.db.connection import redact_dsn
-    from feiqiu_etl.db.embedded import etl_home
+    from feiqiu_etl.db.embedded import describe_data_folder, etl_home
 
     def source(field: str, unset: str) -> str:
         found = settings.source(field)
         return unset if found == "default" else found
 
     token, web_token, dsn = reveal(settings.api_token), reveal(settings.web_token), reveal(settings.db_dsn)
+    pgdata, where = describe_data_folder(etl_home())
     return [
         {"key": "FEIQIU_API_TOKEN", "value": f"set (fingerprint {fingerprint(token)})" if token else "not set",
          "source": source("api_token", "-")},
@@ -133,6 +134,8 @@ def _named(settings) -> list[dict]:
                                                                                                       "default")},
         {"key": "FEIQIU_WEB_TOKEN", "value": "set" if web_token else "not set", "source": source("web_token", "-")},
         {"key": "FEIQIU_ETL_HOME", "value": str(etl_home()), "source": settings.source("home")},
+        # as root, a home the server account cannot enter keeps its data in /var/lib/feiqiu-etl/homes/
+        {"key": "embedded data folder", "value": str(pgdata), "source": where},
     ]
 
 
