@@ -119,7 +119,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
     except EmbeddedServerError as exc:
         raise UsageFailure(str(exc)) from None
     try:
-        with on_hard_abort(server.stop), _reviving(server):
+        with on_hard_abort(server.abandon), _reviving(server):
             try:
                 real_dsn = server.ensure_database(name)
                 if prepare is not None:
