@@ -249,19 +249,15 @@ class DatabaseHealth:
     """A run's database: its bounded pool, its availability and its watchdog (thread-safe).
 
     ``connect(dsn)`` opens connections (the pool's, and the watchdog's probe); ``limits`` gives the pool size and
-    ``unavailable_limit`` (s, how long an outage is waited out; ``limit`` overrides it); ``cancel_event`` ends
+    ``unavailable_limit`` (s, how long an outage is waited out); ``cancel_event`` ends
     waiting early; ``on_down(reason)``/``on_up()`` are called when an outage starts and ends (the runner pauses
     and resumes its lanes there; always in that order, never overlapping) and ``on_gave_up(reason)`` once when
     the limit is passed (the runner stops its lanes). Call :meth:`close` at the end of the run.
     """
 
-    def __init__(self, dsn: str, connect: Callable[[str], psycopg.Connection], *, limit: float | None = None,
+    def __init__(self, dsn: str, connect: Callable[[str], psycopg.Connection], *, limits: DbLimits = DbLimits(),
                  cancel_event: threading.Event | None = None, on_down: Callable[[str], None] | None = None,
-                 on_up: Callable[[], None] | None = None, on_gave_up: Callable[[str], None] | None = None,
-                 limits: DbLimits | None = None, stall: float | None = None):
-        limits = limits or DbLimits()
-        if limit is not None:
-            limits = DbLimits(limits.connect_timeout, limit, limits.pool_size, limits.statement_timeout)
+                 on_up: Callable[[], None] | None = None, on_gave_up: Callable[[str], None] | None = None):
         self.dsn = dsn
         self.limits = limits
         self.limit = limits.unavailable_limit
@@ -270,8 +266,7 @@ class DatabaseHealth:
         self._on_down = on_down
         self._on_up = on_up
         self._on_gave_up = on_gave_up
-        self.watchdog = DatabaseWatchdog(stall if stall is not None else stall_seconds(self.limit),
-                                         probe=lambda: connect(dsn), cancel_event=cancel_event)
+        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: connect(dsn), cancel_event=cancel_event)
         self._lock = threading.Lock()          # the figures below
         self._transition = threading.Lock()    # an outage's start or end together with on_down/on_up
         self._pool = None

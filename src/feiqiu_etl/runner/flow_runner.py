@@ -138,8 +138,8 @@ class FlowRunner:
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
         self.control = RunControl(self.dsn, self.run_id, self.token, live=self.statistics, connect=self._connect,
-                                  interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost,
-                                  watchdog=self.health.watchdog).start()
+                                  interval=self.heartbeat, guard=self.guard,
+                                  on_lane_lost=self._lanes_lost).watched_by(self.health.watchdog).start()
         try:
             log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
                      len(plan.stores), plan.task_count, ", then DWD" if plan.dwd else "")

@@ -53,8 +53,7 @@ class RunControl:
 
     def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, live: Callable[[], RunStatistics],
                  connect: Callable[[str], psycopg.Connection], interval: float = 1.0,
-                 guard: LaneGuard | None = None, on_lane_lost: Callable[[list[str]], None] | None = None,
-                 watchdog=None):
+                 guard: LaneGuard | None = None, on_lane_lost: Callable[[list[str]], None] | None = None):
         self._dsn = dsn
         self._run_id = run_id
         self._token = token
@@ -63,7 +62,7 @@ class RunControl:
         self._interval = interval
         self._guard = guard
         self._on_lane_lost = on_lane_lost
-        self._watchdog = watchdog  # a feiqiu_etl.db.health.DatabaseWatchdog, or None
+        self._watchdog = None  # a feiqiu_etl.db.health.DatabaseWatchdog (watched_by)
         self._stalled: dict[str, float] = {}   # lane name -> when it was reported stalled
         self._conn: psycopg.Connection | None = None
         self._logs: queue.SimpleQueue[dict] = queue.SimpleQueue()
@@ -77,6 +76,12 @@ class RunControl:
         self._last_beat: float | None = None
 
     # -------------------------------------------------------------------------------------- lifecycle
+    def watched_by(self, watchdog) -> "RunControl":
+        """Let the run's :class:`~feiqiu_etl.db.health.DatabaseWatchdog` watch this control's statements (a server
+        that stops answering then drops its connection instead of holding the heartbeat up). Before :meth:`start`."""
+        self._watchdog = watchdog
+        return self
+
     def start(self) -> "RunControl":
         self._thread = threading.Thread(target=self._loop, name="run-control", daemon=True)
         self._thread.start()

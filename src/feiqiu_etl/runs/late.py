@@ -27,6 +27,8 @@ from typing import Any, Mapping
 import psycopg
 from psycopg.types.json import Jsonb
 
+from feiqiu_etl.errortext import one_line
+
 log = logging.getLogger("feiqiu_etl.registry")
 
 FOLDER = "late-records"
@@ -119,29 +121,29 @@ def waiting(home: Path | None = None) -> list[LateRecord]:
 def record_late(conn: psycopg.Connection, home: Path | None = None) -> list[str]:
     """Write the records kept for the database of ``conn`` (start and end, in one transaction each; a run
     another process marked INTERRUPTED meanwhile is finished too) and remove their files. Returns the run ids
-    written. Never raises for a record (it stays in its file)."""
+    written. Never raises for a record (it stays in its file). When there is one, commits first."""
     records = [r for r in waiting(home) if r.database == database_identity(conn)]
+    if not records:
+        return []
+    conn.commit()  # what the caller did before stays done whatever happens to a record
     written = []
     for r in records:
         try:
-            with conn.transaction():
-                conn.execute(
-                    "INSERT INTO etl_meta.run (run_id, started_at, status, command, args, config, host, pid, "
-                    "process_started, version, heartbeat_at, lanes, stores, tasks) VALUES (%s, %s, 'RUNNING', %s, %s, "
-                    "%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING",
-                    (r.run_id, datetime.fromisoformat(r.started_at), r.command, Jsonb(dict(r.args)),
-                     Jsonb(dict(r.config)), r.host, r.pid, r.process_started, r.version,
-                     datetime.fromisoformat(r.started_at), list(r.lanes), list(r.stores), list(r.tasks)))
-                from feiqiu_etl.runs.registry import finish_run
+            conn.execute(
+                "INSERT INTO etl_meta.run (run_id, started_at, status, command, args, config, host, pid, "
+                "process_started, version, heartbeat_at, lanes, stores, tasks) VALUES (%s, %s, 'RUNNING', %s, %s, "
+                "%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING",
+                (r.run_id, datetime.fromisoformat(r.started_at), r.command, Jsonb(dict(r.args)),
+                 Jsonb(dict(r.config)), r.host, r.pid, r.process_started, r.version,
+                 datetime.fromisoformat(r.started_at), list(r.lanes), list(r.stores), list(r.tasks)))
+            from feiqiu_etl.runs.registry import finish_run
 
-                finish_run(conn, r.run_id, status=r.status, exit_code=r.exit_code,
-                           summary=dict(r.summary) if r.summary is not None else None, error=r.error,
-                           totals=r.totals, finished_at=datetime.fromisoformat(r.finished_at), late=True,
-                           commit=False)
-            conn.commit()
+            finish_run(conn, r.run_id, status=r.status, exit_code=r.exit_code,  # commits both
+                       summary=dict(r.summary) if r.summary is not None else None, error=r.error, totals=r.totals,
+                       late_end=datetime.fromisoformat(r.finished_at))
         except psycopg.Error as exc:
             conn.rollback()
-            log.warning("could not write the late record of run %s yet: %s", r.run_id, " ".join(str(exc).split()))
+            log.warning("could not write the late record of run %s yet: %s", r.run_id, one_line(exc, with_type=False))
             continue
         written.append(r.run_id)
         try:

@@ -106,21 +106,20 @@ def cancel_request(conn: psycopg.Connection, run_id: str) -> tuple[datetime | No
 
 def finish_run(conn: psycopg.Connection, run_id: str, *, status: str, exit_code: int, summary: dict | None,
                error: str | None = None, totals: Mapping[str, int] | None = None,
-               finished_at: datetime | None = None, late: bool = False, commit: bool = True) -> None:
+               late_end: datetime | None = None) -> None:
     """Record the end of a run (only a run still ``RUNNING`` or ``INTERRUPTED`` is updated). ``totals`` are
     ``RunResult.totals()``: ``rows_written``, ``requests``, ``rejections`` and ``errors`` are kept in the
-    run's columns (a missing one as 0; others are ignored). ``finished_at`` defaults to now; ``late`` marks a
-    record written after the run ended (:mod:`feiqiu_etl.runs.late`: ``recorded_late_at`` = now)."""
+    run's columns (a missing one as 0; others are ignored). ``late_end``: the run ended then, and its record is
+    written late (:mod:`feiqiu_etl.runs.late`: ``recorded_late_at`` = now); None: it ends now."""
     counts = [int((totals or {}).get(k, 0)) for k in ("rows_written", "requests", "rejections", "errors")]
     conn.execute(
         "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, "
         "finished_at = coalesce(%s, now()), heartbeat_at = coalesce(%s, now()), live = NULL, rows_written = %s, "
         "requests = %s, rejections = %s, errors = %s, recorded_late_at = CASE WHEN %s THEN now() END "
         "WHERE run_id = %s AND status IN ('RUNNING', 'INTERRUPTED')",
-        (status, exit_code, Jsonb(summary) if summary is not None else None, error, finished_at, finished_at,
-         *counts, late, run_id))
-    if commit:
-        conn.commit()
+        (status, exit_code, Jsonb(summary) if summary is not None else None, error, late_end, late_end,
+         *counts, late_end is not None, run_id))
+    conn.commit()
 
 
 def append_log(conn: psycopg.Connection, run_id: str, entries: list[dict]) -> None:
