@@ -184,3 +184,51 @@ def test_a_pool_checkout_waits_within_the_limit_and_then_gives_up_with_one_line(
     assert 2.5 < took < 3 + 2.5, took
     assert "database unavailable for more than 3 s" in str(err.value) and "\n" not in str(err.value)
     assert gone and gone[0] == str(err.value)
+
+
+def test_a_run_of_30_lanes_on_a_pool_of_4_whose_connections_are_terminated_ends_exact_and_bounded(pg_dsn, tmp_path):
+    """The run as a whole: 30 lanes (30 tokens, one store each) share a pool of 4 connections while every backend
+    of the database is terminated again and again; the run ends SUCCESS (nobody left paused), ODS is exact, and the
+    run never held more than the pool + 3 connections (registry/LISTEN, lane guard, the watchdog's probe)."""
+    from feiqiu_etl.simulator import Simulator
+    from flowkit import CONNECTOR, expected_detail_rows, expected_rows, fleet_file, ods_rows, options, run_opts, sim_config
+
+    sites = tuple(8640015201005000 + i for i in range(30))
+    tokens = {f"fq_{i}": (site,) for i, site in enumerate(sites)}
+    cfg = sim_config(seed=88, site_ids=sites, tokens=tokens, token="fq_admin", days=1)
+    fleet = fleet_file(tmp_path / "fleet.yaml", {f"l{i}": (f"FQ_{i}", (site,)) for i, site in enumerate(sites)})
+    tasks = ["ODS_SETTLEMENT"]  # a list and a detail per record: a batch committed but its answer lost matters here
+    kills, peak = [], [0]
+    with Simulator(cfg) as sim:
+        stop = threading.Event()
+
+        def killer() -> None:
+            while not stop.wait(0.05):
+                peak[0] = max(peak[0], _connections(pg_dsn))
+                if len(kills) < 5 and len(sim.request_log()) > 60 * (len(kills) + 1):
+                    kills.append(_terminate_others(pg_dsn))
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        opts = options(sim, tasks=tasks, token=None, site_ids=[], fleet_path=fleet,
+                       environ={f"FQ_{i}": f"fq_{i}" for i in range(len(sites))},
+                       overrides={"db.pool_size": 4, "db.unavailable_limit": 30})
+        started = time.monotonic()
+        result = run_opts(opts, pg_dsn)
+        took = time.monotonic() - started
+        stop.set()
+        thread.join(5)
+        assert len(kills) >= 3 and all(n > 0 for n in kills), kills
+        assert result.status == "SUCCESS", result.error or result.first_reason()
+        assert peak[0] <= 4 + 3, peak
+        spec = CONNECTOR.task("ODS_SETTLEMENT")
+        stored, details = ods_rows(pg_dsn, spec.table), ods_rows(pg_dsn, spec.detail.target_table)
+        want, want_details = {}, {}
+        for site in sites:
+            want.update(expected_rows(sim, spec, site))
+            want_details.update(expected_detail_rows(sim, spec, site))
+        assert stored == want and details == want_details
+        with psycopg.connect(pg_dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM etl_meta.detail_pending").fetchone()[0] == 0
+    print(f"30 lanes, pool of 4, {len(kills)} rounds of terminated backends: SUCCESS in {took:.1f} s, "
+          f"at most {peak[0]} connections")
