@@ -22,6 +22,16 @@ def _terminate_others(dsn: str) -> int:
                             "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
 
 
+def _lost_once(tries: list, statement: str):
+    """An operation whose first try loses its connection (its backend terminated), then runs ``statement``."""
+    def op(conn):
+        tries.append(1)
+        if len(tries) == 1:
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        conn.execute(statement)
+    return op
+
+
 def _connections(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute("SELECT count(*) - 1 FROM pg_stat_activity WHERE datname = current_database()").fetchone()[0]
@@ -113,13 +123,7 @@ def test_a_success_reported_while_the_lanes_are_being_paused_still_resumes_them(
 
     health = DatabaseHealth(pg_dsn, lambda dsn: connect(dsn), on_down=down, on_up=lane.resume,
                             limits=DbLimits(unavailable_limit=10, pool_size=4))
-    tries = []
-
-    def a(conn):
-        tries.append(1)
-        if len(tries) == 1:
-            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-        conn.execute("SELECT 1")
+    tries: list = []
 
     def b(conn):
         conn.execute("SELECT 1")
@@ -132,7 +136,7 @@ def test_a_success_reported_while_the_lanes_are_being_paused_still_resumes_them(
 
     threading.Thread(target=b_thread, daemon=True).start()
     time.sleep(0.2)  # B holds its connection and waits
-    health.slot().run(a)
+    health.slot().run(_lost_once(tries, "SELECT 1"))  # A
     sent = threading.Event()
     threading.Thread(target=lambda: (lane.send(lambda: None, RateLimiter(0.0, 0.0)), sent.set()), daemon=True).start()
     assert sent.wait(2), "the lane stayed paused although the database answered"
@@ -145,16 +149,9 @@ def test_an_operation_that_fails_for_good_after_a_reconnect_still_resumes_the_la
     lane = RequestScheduler(name="l")
     health = DatabaseHealth(pg_dsn, lambda dsn: connect(dsn), on_down=lane.pause, on_up=lane.resume,
                             limits=DbLimits(unavailable_limit=10, pool_size=2))
-    calls = []
-
-    def op(conn):
-        calls.append(1)
-        if len(calls) == 1:
-            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-        conn.execute("SELECT 1/0")
-
+    calls: list = []
     with pytest.raises(psycopg.errors.DivisionByZero):
-        health.slot().run(op)
+        health.slot().run(_lost_once(calls, "SELECT 1/0"))
     started = time.monotonic()
     lane.send(lambda: None, RateLimiter(0.0, 0.0))  # not paused: sends at once
     assert time.monotonic() - started < 0.5 and len(calls) == 2

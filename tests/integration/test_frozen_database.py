@@ -14,7 +14,7 @@ import psutil
 import psycopg
 import pytest
 
-from clikit import cli_json, env_for, finish, run_args, start, wait_for
+from clikit import cli_json, env_for, finish, run_args, signal_twice, start, wait_for
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.simulator import Simulator
 from flowkit import CONNECTOR, expected_detail_rows, expected_rows, ods_rows, sim_config
@@ -70,6 +70,15 @@ def _run(sim, dsn: str, *extra: str):
     return run_args(sim, dsn, *extra, settings=BOUNDS, gaps=(0.05, 0.06))
 
 
+def _frozen_run(sim, dsn: str, env: dict, freezer: Freezer):
+    """A run started, and its database frozen after 20 more requests (~2 s into it)."""
+    before = len(sim.request_log())
+    proc = start(_run(sim, dsn), env)
+    wait_for(lambda: len(sim.request_log()) >= before + 20, timeout=60, what="the run's requests")
+    freezer.freeze()
+    return proc
+
+
 def _recorded(dsn: str, env: dict, run_id: str) -> dict:
     runs = {r["run_id"]: r for r in cli_json("runs", "--dsn", dsn, env=env)}
     return runs[run_id]
@@ -87,9 +96,7 @@ def test_a_run_whose_database_freezes_ends_exit_7_in_time_and_is_recorded_when_i
         private_pg, dsn, fresh_home):
     with Simulator(sim_config(seed=91)) as sim, Freezer(private_pg) as freezer:
         env = env_for(sim.config.token, FEIQIU_ETL_HOME=str(fresh_home))
-        proc = start(_run(sim, dsn), env)
-        wait_for(lambda: len(sim.request_log()) >= 20, timeout=60, what="the run's requests")
-        freezer.freeze()
+        proc = _frozen_run(sim, dsn, env, freezer)
         code, data, err = finish(proc, timeout=LIMIT + 60)
         took = time.monotonic() - freezer.at
         sent_frozen = len(sim.request_log())
@@ -112,9 +119,7 @@ def test_sigterm_while_the_database_is_frozen_ends_the_run_within_5_s_and_a_seco
         private_pg, dsn, fresh_home):
     with Simulator(sim_config(seed=92)) as sim, Freezer(private_pg) as freezer:
         env = env_for(sim.config.token, FEIQIU_ETL_HOME=str(fresh_home))
-        proc = start(_run(sim, dsn), env)
-        wait_for(lambda: len(sim.request_log()) >= 20, timeout=60, what="the run's requests")
-        freezer.freeze()
+        proc = _frozen_run(sim, dsn, env, freezer)
         time.sleep(1.0)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
@@ -122,17 +127,9 @@ def test_sigterm_while_the_database_is_frozen_ends_the_run_within_5_s_and_a_seco
         took = time.monotonic() - signalled
 
         freezer.thaw()
-        before = len(sim.request_log())
-        second = start(_run(sim, dsn), env)  # the same with a second signal: it ends at once
-        wait_for(lambda: len(sim.request_log()) >= before + 20, timeout=60, what="the second run's requests")
-        freezer.freeze()
+        second = _frozen_run(sim, dsn, env, freezer)  # the same with a second signal: it ends at once
         time.sleep(1.0)
-        second.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        again = time.monotonic()
-        second.send_signal(signal.SIGTERM)
-        code2, _, err2 = finish(second, timeout=30)
-        took2 = time.monotonic() - again
+        code2, err2, took2 = signal_twice(second)
         freezer.thaw()
     assert code == 5 and took < 5.0, (code, took, err[-6000:])
     assert data["status"] == "CANCELLED" and "Traceback" not in err
