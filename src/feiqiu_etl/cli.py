@@ -500,6 +500,10 @@ def tasks_cmd(connector_path, as_json) -> None:
         "window_field": t.window_field, "detail_endpoint": t.detail_endpoint,
         "detail_table": t.detail_target_table, "gap_class": t.gap_class,
         "min_gap": connector.min_gap(t.gap_class), "pipeline_defaults": dict(t.pipeline),
+        "volatile_fields": list(t.volatile_fields),
+        "lookback_minutes": None if t.lookback is None else t.lookback.total_seconds() / 60,
+        "expected_rows": list(t.expected_rows) if t.expected_rows else None,
+        "expected_daily_rows": list(t.expected_daily_rows) if t.expected_daily_rows else None,
     } for t in connector.tasks]
     if as_json:
         click.echo(terminal_json({"connector": connector.name, "tasks": rows}))

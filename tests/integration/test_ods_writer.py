@@ -85,3 +85,18 @@ def test_a_batch_run_again_after_a_lost_commit_still_asks_for_its_parents_detail
     assert sorted(r.params["settleId"] for r in again.follow_ups) == [20, 21]
     later = writer.write([settlement(20, "5.00")])  # an ordinary batch: no retry, nothing asked again
     assert later.follow_ups == [] and later.follow_ups_skipped == 1
+
+
+def test_a_detail_whose_rows_were_lost_with_their_batch_stays_owed(writer):
+    """Issue 21: the rows of one detail response may span two batches; when the first fails for good (the
+    database gone), the end marker in the next must not clear the owed entry nor soft-delete the stored rows."""
+    conn = writer.conn
+    writer.write([settlement(10, "5.00"), settlement(11, "6.00")])  # both owed now
+    writer.write([item(1, 10), item(2, 10)])  # what the first fetch of 10 stored
+    writer.batch_lost([item(3, 10), settlement(12, "1.00")])  # a later fetch of 10: its rows never committed
+    done = writer.write([DetailDone("ods.settlement_item", SPEC.code, SITE, 10, "10", [(3,)], NOW),
+                         DetailDone("ods.settlement_item", SPEC.code, SITE, 11, "11", [], NOW)])
+    assert done.deleted == 0 and _items(conn) == [(1, 10, False), (2, 10, False)]  # nothing of 10 deleted
+    owed = conn.execute("SELECT parent_key FROM etl_meta.detail_pending ORDER BY 1").fetchall()
+    checked = conn.execute("SELECT parent_key FROM etl_meta.detail_checked ORDER BY 1").fetchall()
+    assert owed == [("10",)] and checked == [("11",)]  # 11's detail (no rows) is complete; 10's stays owed

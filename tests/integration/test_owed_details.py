@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -85,6 +87,7 @@ def test_details_lists_and_drops_owed_details(pg_dsn):
 
 
 def test_a_corrupted_detail_is_repaired_by_the_periodic_recheck_within_bounded_runs(pg_dsn):
+    share = 0.5  # of a run of one request (the package list): one re-check every second run
     with Simulator(sim_config(seed=44)) as sim:
         site = sim.config.site_ids[0]
         first = run_flow(sim, pg_dsn, tasks=["ODS_GROUP_PACKAGE"], window=False)
@@ -94,9 +97,9 @@ def test_a_corrupted_detail_is_repaired_by_the_periodic_recheck_within_bounded_r
                          "content_hash = 'corrupt' WHERE ctid = (SELECT min(ctid) FROM ods.group_package_content)")
         packages = len(sim.dataset.records("ODS_GROUP_PACKAGE", site))
         used = []
-        for _ in range(packages):  # each run re-checks at least one detail: all of them within N runs
+        for _ in range(math.ceil(packages / share)):  # all of them re-checked within N runs
             run = run_flow(sim, pg_dsn, tasks=["ODS_GROUP_PACKAGE"], window=False,
-                           overrides={"detail.recheck_share": 0.02})
+                           overrides={"detail.recheck_share": share})
             used.append(run.tasks[0].recheck)
             with psycopg.connect(pg_dsn) as conn:
                 bad = conn.execute("SELECT count(*) FROM ods.group_package_content "
@@ -104,4 +107,7 @@ def test_a_corrupted_detail_is_repaired_by_the_periodic_recheck_within_bounded_r
             if bad == 0:
                 break
     assert bad == 0, used
-    assert all(u["used"] == u["budget"] >= 1 for u in used), used  # the budget is reported and used
+    assert all(u["used"] == u["budget"] for u in used), used  # the budget is reported and used
+    # a budget is a share, rounded down, the rest carried: one re-check per two runs, never more
+    assert [u["budget"] for u in used] == [(n + 1) % 2 for n in range(1, len(used) + 1)], used
+    assert all(u["credit"] == (0.5 if u["budget"] == 0 else 0.0) for u in used), used

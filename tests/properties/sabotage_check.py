@@ -80,6 +80,10 @@ SABOTAGES = [
     ("P16", "src/feiqiu_etl/tasks/dwd/load_task.py", "pool.map(lambda t: self._run_table(t, now), group)",
      "pool.map(lambda t: self._run_table(t, now.replace(microsecond=now.microsecond ^ 1)), group)",
      T + "test_dwd_parallel_properties.py"),
+    ("P21", "src/feiqiu_etl/tasks/ods/task.py",
+     "if not request.is_detail or self.spec.detail is None or stops_the_lane(exc):",
+     "if not request.is_detail or self.spec.detail is None:  # sabotage: a stop counts an attempt",
+     T + "test_owed_details_properties.py"),
 ]
 
 

@@ -104,10 +104,11 @@ class DwdSection(_Section):
 
 class WindowSection(_Section):
     lookback_hours: float = Field(48.0, ge=0, le=24 * 366, description="incremental runs re-fetch this many hours "
-                                                                          "before the high-water mark")
+                                                                          "before the high-water mark, for tasks whose "
+                                                                          "connector entry sets no lookback_minutes")
     initial_days: float = Field(7.0, ge=0, le=3660, description="first incremental run fetches this many days back")
-    segment_days: float = Field(7.0, ge=1 / 24, le=31, description="longest window segment, days (<= 31, the API's "
-                                                                      "limit)")
+    segment_days: float = Field(31.0, ge=1 / 24, le=31, description="longest window segment, days (<= 31, the "
+                                                                       "API's limit, and the default)")
 
 
 class ApiSection(_Section):
@@ -127,8 +128,9 @@ class LaneSection(_Section):
 class DetailSection(_Section):
     max_attempts: int = Field(5, ge=1, le=1000, description="runs that may fail on an owed detail before it is "
                                                              "given up")
-    recheck_share: float = Field(0.02, ge=0, le=0.5, description="share of a lane's requests spent re-fetching the "
-                                                                  "details checked longest ago (0 = off)")
+    recheck_share: float = Field(0.01, ge=0, le=0.5, description="share of a lane's requests spent re-fetching the "
+                                                                  "details checked longest ago, rounded down per task "
+                                                                  "(the rest carried to its next run; 0 = off)")
 
 
 class DbSection(_Section):

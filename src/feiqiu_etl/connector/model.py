@@ -8,6 +8,7 @@ This module never performs network or database I/O.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -114,6 +115,8 @@ class DetailModel(_Strict):
     parent: KeyModel
     refetch_on_new_fields: bool = Field(False, description="fetch the detail again when a parent's only change is "
                                         "newly appeared fields (schema drift); default: keep the stored detail")
+    refetch_on_volatile: bool = Field(False, description="fetch the detail again when a parent's only change is in "
+                                      "the task's volatile_fields (Q11); default: keep the stored detail")
 
     @field_validator("target_table")
     @classmethod
@@ -154,6 +157,35 @@ def _check_schema(table: str) -> str:
     return table
 
 
+MAX_LOOKBACK_MINUTES = 31 * 24 * 60.0
+"""The longest per-task look-back: one window of the API (upstream-api.md §1.2)."""
+
+
+class VolumeRange(_Strict):
+    """A documented volume ``[low, high]`` (records); written as a two-item list in YAML."""
+
+    low: int = Field(ge=0)
+    high: int = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pair(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            if len(value) != 2:
+                raise ValueError(f"expected [low, high], got {list(value)}")
+            return {"low": value[0], "high": value[1]}
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "VolumeRange":
+        if self.low > self.high:
+            raise ValueError(f"low {self.low} is above high {self.high}")
+        return self
+
+    def pair(self) -> tuple[int, int]:
+        return (self.low, self.high)
+
+
 _PIPELINE_KEYS = {"workers", "queue_size", "batch_size", "batch_timeout", "rate_min", "rate_max",
                   "max_consecutive_failures"}
 
@@ -173,6 +205,15 @@ class TaskModel(_Strict):
     detail: DetailModel | None = None
     gap_class: str | None = None
     description: str = ""
+    volatile_fields: list[str] = Field([], description="fields that change without moving updateTime "
+                                       "(upstream-api.md Q11); a change in them alone asks for no detail")
+    lookback_minutes: float | None = Field(None, ge=0, le=MAX_LOOKBACK_MINUTES, description=
+                                           "windowed: minutes before the high-water mark an incremental run reads "
+                                           "again; unset: the window.lookback_hours setting (Q13)")
+    expected_rows: VolumeRange | None = Field(None, description="snapshot: records of one store, [low, high] "
+                                              "(upstream-api.md §4.1 Volume)")
+    expected_daily_rows: VolumeRange | None = Field(None, description="windowed: records per store and day, "
+                                                    "[low, high] (upstream-api.md §4.1 Volume)")
 
     @field_validator("code")
     @classmethod
@@ -207,6 +248,14 @@ class TaskModel(_Strict):
             raise ValueError("a snapshot task must not have window_field")
         window = self.window_column or (snake_case(self.window_field) if self.window_field else None)
         _check_columns("table", self.keys, [window] if window else [])
+        if self.kind == "snapshot" and (self.lookback_minutes is not None or self.expected_daily_rows is not None):
+            raise ValueError("a snapshot task has no lookback_minutes or expected_daily_rows (use expected_rows)")
+        if self.kind == "windowed" and self.expected_rows is not None:
+            raise ValueError("a windowed task has no expected_rows (use expected_daily_rows)")
+        fixed = {k.field for k in self.keys} | ({self.window_field} if self.window_field else set())
+        if fixed & set(self.volatile_fields) or len(set(self.volatile_fields)) != len(self.volatile_fields):
+            raise ValueError(f"volatile_fields must be distinct and name neither a key nor the window field: "
+                             f"{self.volatile_fields}")
         return self
 
 
@@ -318,6 +367,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
             keys=tuple(k.to_key() for k in d.keys),
             parent=d.parent.to_key(),
             refetch_on_new_fields=d.refetch_on_new_fields,
+            refetch_on_volatile=d.refetch_on_volatile,
         )
     window_column = t.window_column or (snake_case(t.window_field) if t.window_field else None)
     return OdsTaskSpec(
@@ -335,6 +385,10 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
         detail=detail,
         gap_class=t.gap_class or default_gap_class,
         description=t.description,
+        volatile_fields=tuple(t.volatile_fields),
+        lookback=timedelta(minutes=t.lookback_minutes) if t.lookback_minutes is not None else None,
+        expected_rows=t.expected_rows.pair() if t.expected_rows else None,
+        expected_daily_rows=t.expected_daily_rows.pair() if t.expected_daily_rows else None,
     )
 
 

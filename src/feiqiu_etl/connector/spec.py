@@ -9,6 +9,7 @@ connector YAML builds them, and Python code may build them directly. Nothing her
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable, Literal, Mapping
 
 SqlKeyType = Literal["bigint", "text", "integer"]
@@ -69,6 +70,9 @@ class DetailSpec:
     refetch_on_new_fields: bool = False
     """False (default): a parent whose only change is fields it did not have before (schema drift) keeps
     its stored detail, no request is sent. True: every changed parent fetches its detail again."""
+    refetch_on_volatile: bool = False
+    """False (default): a parent whose only change is in the task's ``volatile_fields`` (upstream-api.md Q11)
+    is updated in ODS but keeps its stored detail (refreshed at its next other change). True: fetch it again."""
 
     @property
     def parent_is_key(self) -> bool:
@@ -83,6 +87,13 @@ class OdsTaskSpec:
     ``PipelineConfig`` keys (e.g. ``{"rate_min": 8.5}`` for the group-buy gap class, upstream-api §2.2).
     ``gap_class`` is the upstream's risk-control class of the list and detail endpoints (the lane keeps
     a floor per class; the connector documents each class's minimum gap).
+
+    ``volatile_fields`` are fields that change without moving ``updateTime`` (upstream-api.md Q11): a change
+    in them alone asks for no detail. ``lookback`` (windowed tasks) is how far before the high-water mark an
+    incremental run reads again; None means the run's ``window.lookback_hours`` (lists whose window field can
+    stay put when the record changes, Q13). ``expected_rows`` (snapshots: records of a store) and
+    ``expected_daily_rows`` (windowed: records per day) are the contract's documented volume range
+    (upstream-api.md §4.1), which plans use before a store has history.
     """
 
     code: str
@@ -99,6 +110,10 @@ class OdsTaskSpec:
     detail: DetailSpec | None = None
     gap_class: str = "standard"
     description: str = ""
+    volatile_fields: tuple[str, ...] = ()
+    lookback: timedelta | None = None
+    expected_rows: tuple[int, int] | None = None
+    expected_daily_rows: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("snapshot", "windowed"):
@@ -111,6 +126,8 @@ class OdsTaskSpec:
             raise ValueError(f"{self.code}: at least one key column is required")
         if not 1 <= self.page_size <= 10_000:
             raise ValueError(f"{self.code}: page_size must be 1..10000, got {self.page_size}")
+        if self.lookback is not None and (self.kind != "windowed" or self.lookback < timedelta(0)):
+            raise ValueError(f"{self.code}: a look-back belongs to a windowed task and is >= 0")
 
     # Spec §3.6 names, kept as read-only views for callers that use the flat form.
     @property

@@ -14,18 +14,25 @@ import psycopg
 from feiqiu_etl.connector.windows import Window, from_aware
 
 HISTORY_RUNS = 30
-"""How many recent finished runs are read for the per-task counts of the last run."""
+"""How many recent finished runs are read for the per-task counts of the last runs."""
+RUNS_PER_TASK = 5
+"""Task entries kept per (task, store), newest first."""
 
 
 @dataclass(frozen=True)
 class TaskHistory:
-    """One (task, store): segments done, the horizon, owed details, and the task entry of the last finished
-    run that ran it (the dict of ``TaskRun.to_dict()``; None if it never ran)."""
+    """One (task, store): segments done, the horizon, owed details, and the task entries of the last finished
+    runs that ran it, newest first (dicts of ``TaskRun.to_dict()``; at most ``RUNS_PER_TASK``)."""
 
     done: tuple[Window, ...] = ()
     horizon: datetime | None = None
     owed_details: int = 0
-    last: Mapping[str, Any] | None = None
+    runs: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def last(self) -> Mapping[str, Any] | None:
+        """The task entry of the last finished run that ran it (None if it never ran)."""
+        return self.runs[0] if self.runs else None
 
 
 @dataclass(frozen=True)
@@ -57,19 +64,22 @@ def read_history(conn: psycopg.Connection, connector: str, keys: Iterable[tuple[
     owed = {(t, s): n for t, s, n in conn.execute(
         "SELECT task_code, site_id, count(*) FROM etl_meta.detail_pending WHERE connector = %s "
         "AND site_id = ANY(%s) GROUP BY 1, 2", (connector, sites))}
-    last: dict[tuple[str, int], dict] = {}
+    runs: dict[tuple[str, int], list[dict]] = {}
     busy = sent = 0.0
     for summary, in conn.execute(
             "SELECT summary FROM etl_meta.run WHERE status IN ('SUCCESS', 'PARTIAL') AND summary IS NOT NULL "
             "AND summary->>'connector' IS NOT DISTINCT FROM %s ORDER BY started_at DESC LIMIT %s",
             (connector, HISTORY_RUNS)):
         for entry in summary.get("tasks") or []:
-            key = (entry.get("task"), entry.get("site_id"))
-            last.setdefault(key, entry)
+            if entry.get("skipped"):  # planned but never started: it says nothing about the data
+                continue
+            mine = runs.setdefault((entry.get("task"), entry.get("site_id")), [])
+            if len(mine) < RUNS_PER_TASK:
+                mine.append(entry)
         for lane in summary.get("lanes") or []:
             busy += float(lane.get("busy_seconds") or 0)
             sent += float(lane.get("requests_sent") or 0)
     conn.commit()
-    tasks = {key: TaskHistory(tuple(done.get(key, ())), horizons.get(key), owed.get(key, 0), last.get(key))
+    tasks = {key: TaskHistory(tuple(done.get(key, ())), horizons.get(key), owed.get(key, 0), tuple(runs.get(key, ())))
              for key in keys}
     return PlanHistory(tasks, busy / sent if sent else None)

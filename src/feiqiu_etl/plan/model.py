@@ -44,7 +44,7 @@ class WindowSettings:
     Asia/Shanghai local time (None = the time the plan is built)."""
 
     explicit: Window | None = None
-    segment: timedelta = timedelta(days=7)
+    segment: timedelta = timedelta(days=31)
     lookback: timedelta = timedelta(hours=48)
     initial: timedelta = timedelta(days=7)
     now: datetime | None = None
@@ -52,14 +52,17 @@ class WindowSettings:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Expected requests of a task (list pages + details) and lane seconds; ``basis`` says where it came from
-    (``"history"``: the last runs of this task and store; ``"catalog"``: one page per window segment or
-    snapshot, details unknown)."""
+    """Expected requests of a task (list pages + details, re-checks included) and lane seconds; ``basis``
+    says where it came from (``"history"``: the last runs of this task and store; ``"contract"``: the
+    documented volumes, upstream-api.md §4.1; ``"catalog"``: one page per window segment or snapshot, details
+    unknown; ``"live"``: re-estimated from the first pages of a running task). ``rows``: list records
+    expected. See :mod:`feiqiu_etl.plan.estimates`."""
 
     list_requests: int = 0
     detail_requests: int = 0
     seconds: float = 0.0
     basis: str = "catalog"
+    rows: int = 0
 
     @property
     def requests(self) -> int:
@@ -73,7 +76,8 @@ class TaskPlan:
     ``horizon`` (incremental runs) is the earliest start planned, recorded before any request so that a
     segment that fails stays a gap for the next run. ``owed_details`` counts details still owed by earlier
     runs (fetched first). ``first_load`` is True when no earlier run of this task and store is known.
-    ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``).
+    ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``,
+    rounded down); ``recheck_credit`` the fraction of a re-check left over, carried to the next run.
     """
 
     spec: OdsTaskSpec
@@ -85,6 +89,7 @@ class TaskPlan:
     estimate: Estimate = Estimate()
     first_load: bool = False
     recheck_budget: int = 0
+    recheck_credit: float = 0.0
 
     @property
     def code(self) -> str:

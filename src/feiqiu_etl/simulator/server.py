@@ -181,6 +181,13 @@ class Simulator:
         """Undo :meth:`add_field` (or a configured ``extra_fields`` entry) for ``task_code``."""
         self.service.remove_field(name, task_code)
 
+    def revoke(self, token: str, after: int = 0) -> None:
+        """``token`` answers 40101 after ``after`` more requests, until :meth:`reinstate` (see ``Service.revoke``)."""
+        self.service.revoke(token, after)
+
+    def reinstate(self, token: str) -> None:
+        self.service.reinstate(token)
+
     def inject(self, path: str | None = None, kind: str = "http500", count: int = 1, retry_after: int = 1,
                stall_seconds: float = 5.0) -> None:
         """Give the next ``count`` requests to ``path`` (``None`` = any) the fault ``kind`` (see ``faults``)."""

@@ -117,6 +117,7 @@ class Service:
         self._trace_lock = threading.Lock()
         self._extra: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (config.extra_fields or {}).items()}
         self._extra_lock = threading.Lock()
+        self._revoked: dict[str, int] = {}  # token -> requests it may still send before it answers 40101
         self.admin = Admin(config, dataset, log)
 
     def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
@@ -128,6 +129,27 @@ class Service:
         """Undo :meth:`add_field` (or a configured ``extra_fields`` entry) for ``task_code``."""
         with self._extra_lock:
             self._extra.get(task_code, {}).pop(name, None)
+
+    def revoke(self, token: str, after: int = 0) -> None:
+        """After ``after`` more requests that reach the token check, ``token`` answers ``40101`` (revoked in the
+        back office, upstream-api.md §2.1) until :meth:`reinstate`."""
+        with self._extra_lock:
+            self._revoked[token] = max(0, after)
+
+    def reinstate(self, token: str) -> None:
+        """Undo :meth:`revoke`: the token is valid again."""
+        with self._extra_lock:
+            self._revoked.pop(token, None)
+
+    def _is_revoked(self, token: str) -> bool:
+        with self._extra_lock:
+            left = self._revoked.get(token)
+            if left is None:
+                return False
+            if left > 0:
+                self._revoked[token] = left - 1
+                return False
+            return True
 
     def _extra_fields(self, task_code: str) -> dict[str, Any]:
         with self._extra_lock:
@@ -152,7 +174,7 @@ class Service:
                          fault=gateway.kind, **context)
         escaped = endpoint.ensure_ascii
         token = _bearer(headers)
-        if token is None or token not in self._token_sites:
+        if token is None or token not in self._token_sites or self._is_revoked(token):
             return self._envelope(40101, MESSAGES[40101], None, escaped, outcome="auth", **context)
         if site_hint is not None and site_hint not in self._token_sites[token]:
             return self._envelope(40103, MESSAGES[40103], None, escaped, outcome="auth", **context)

@@ -85,6 +85,27 @@ class SnapshotState:
 
 
 @dataclass
+class PageTotals:
+    """Page 1's ``total`` of every listing of a task (thread-safe), for the live estimate
+    (:func:`feiqiu_etl.plan.estimates.live_estimate`): a listing needs exactly ``total // limit + 1`` pages."""
+
+    _seen: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def first_page(self, scope: Any, total: Any, limit: int | None) -> None:
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0 or not limit:
+            return
+        with self._lock:
+            self._seen.setdefault(scope, (total // limit + 1, total))
+
+    def progress(self) -> tuple[int, int, int]:
+        """``(listings seen, pages they need, records they hold)``."""
+        with self._lock:
+            values = list(self._seen.values())
+        return len(values), sum(p for p, _ in values), sum(t for _, t in values)
+
+
+@dataclass
 class OdsProcessor:
     """Builds rows and follow-ups for one task and one site. Call it as ``process_fn``."""
 
@@ -97,6 +118,7 @@ class OdsProcessor:
     snapshot: SnapshotState | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
     fields: FieldTracker | None = None  # schema drift: the field names of every page's records
+    totals: PageTotals | None = None  # page 1's total of every listing (live estimate)
 
     def __call__(self, item: ResponseItem) -> ProcessOutput:
         if item.request.is_detail:
@@ -112,6 +134,8 @@ class OdsProcessor:
             if self.snapshot is not None:
                 self.snapshot.problem("a page had no list")
             raise
+        if self.totals is not None and "seen_pages" not in req.context:  # page 1 of its listing
+            self.totals.first_page(req.scope, total, req.page_size)
         fetched_at = self.clock()
         layout = self.layouts[self.spec.table]
         out = ProcessOutput(fetched=len(records))

@@ -24,13 +24,15 @@ from feiqiu_etl.errortext import one_line
 from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
 from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.pipeline.errors import AbortPipeline
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
-from feiqiu_etl.plan.model import TaskPlan
+from feiqiu_etl.plan.estimates import ListProgress, live_estimate
+from feiqiu_etl.plan.model import Estimate, TaskPlan
 from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
-from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
+from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotState
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
 
@@ -142,6 +144,7 @@ class BaseOdsTask:
         self.logger = logger
         self._pipeline: UnifiedPipeline | None = None
         self._result: PipelineResult | None = None
+        self._live: tuple | None = None
 
     def statistics(self) -> TaskStatistics:
         """Snapshot (a read; it changes nothing): from the pipeline while it runs (its queues, counts and
@@ -157,10 +160,11 @@ class BaseOdsTask:
         if st is None or not st.running:
             return TaskStatistics(**base, requests_remaining=self.task.estimate.requests)
         known = st.frontier + (st.seeds_left or 0) + (1 if st.lane.in_flight else 0)
+        expected = self.live_estimate().requests  # page 1's total once it answered (plan/estimates.py)
         writer = st.writer
         return TaskStatistics(
             **base, state="running", requests=st.requests,
-            requests_remaining=max(self.task.estimate.requests - st.requests, known), fetched=st.fetched,
+            requests_remaining=max(expected - st.requests, known), fetched=st.fetched,
             rows_written=st.rows_written, failures=st.failures, rate_limited=st.rate_limited,
             queues=Queues(st.frontier, st.processing_queue, st.write_queue), seeds_left=st.seeds_left,
             batches_written=writer.batches_written if writer else 0,
@@ -184,11 +188,12 @@ class BaseOdsTask:
             writer = OdsWriter(None, spec, layouts, ctx.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
                                detail_max_attempts=ctx.detail_max_attempts)
-            writer.requested_details.update((site_id, r.context["parent_key"]) for r in pending)
+            writer.owe((site_id, r.context["parent_key"]) for r in pending)
             fields = FieldTracker()
+            totals = PageTotals()
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
-                                     snapshot=snapshot, fields=fields)
+                                     snapshot=snapshot, fields=fields, totals=totals)
             pipeline = UnifiedPipeline(self.lane.transport, self.task.config, lane=self.lane.scheduler,
                                        cancel_token=ctx.cancel_token, logger=self.logger, tenant=self.lane.tenant,
                                        abortable=ctx.abortable)
@@ -201,13 +206,18 @@ class BaseOdsTask:
                                 on_retry=lambda: writer.restore_state(saved))
 
             def write(rows: list) -> WriteResult:
-                return through(lambda: writer.write(rows))
+                try:
+                    return through(lambda: writer.write(rows))
+                except Exception:
+                    writer.batch_lost(rows)
+                    raise
 
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
                 return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))
 
             seeds = list(self._seeds(site_id, pending))
-            recheck = _Recheck(spec, rechecks, writer.requested_details, site_id, self.task.recheck_budget)
+            recheck = _Recheck(spec, rechecks, writer, site_id, self.task.recheck_budget)
+            self._live = (totals, writer, recheck, len(pending))
             self.logger.info("start: %s, %d window segment(s), %d owed detail(s)",
                              spec.kind, len(self.task.windows), len(pending))
             self._pipeline = pipeline
@@ -223,8 +233,24 @@ class BaseOdsTask:
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
                        lane=self.lane.name, first_load=self.task.first_load,
                        owed_details=len(pending), details_given_up=list(writer.given_up),
-                       recheck={"budget": self.task.recheck_budget, "used": recheck.used} if spec.detail else None,
+                       recheck={"budget": self.task.recheck_budget, "used": recheck.used,
+                                "credit": self.task.recheck_credit} if spec.detail else None,
                        schema_drift=drift)
+
+    def live_estimate(self) -> Estimate:
+        """The task's requests as known now (any thread): the plan's estimate until the task starts, then
+        re-estimated from page 1's ``total`` of each listing and the details its rows asked for
+        (:func:`feiqiu_etl.plan.estimates.live_estimate`). What a live ETA should use."""
+        live = self._live
+        if live is None:
+            return self.task.estimate
+        totals, writer, recheck, owed = live
+        seen, pages, rows = totals.progress()
+        scopes = len(self.task.windows) if self.spec.kind == "windowed" else 1
+        progress = ListProgress(scopes=scopes, scopes_seen=seen, pages_needed=pages, rows_expected=rows,
+                                parents_written=writer.parents_seen, new_details=writer.details_queued,
+                                owed=owed, rechecks=recheck.budget)
+        return live_estimate(self.task.estimate, progress, has_detail=self.spec.detail is not None)
 
     def _drift(self, slot, fields: FieldTracker) -> list[dict]:
         """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
@@ -303,8 +329,13 @@ class BaseOdsTask:
         )
 
     def _detail_failed(self, request: PipelineRequest, exc: BaseException) -> list | None:
-        """A detail request failed for good: the owed entry learns of it (or leaves, for "not found")."""
-        if not request.is_detail or self.spec.detail is None:
+        """A detail request failed for good: the owed entry learns of it (or leaves, for "not found").
+
+        A failure that stops the lane or the store rather than saying anything about this detail — the token
+        or the store refused (40101/40103), the lane tripped (upstream unreachable, stopped from outside),
+        the upstream unreachable — counts no attempt: the detail stays owed as it was, and a token revoked
+        for a few nights never gives up a detail (issue 21)."""
+        if not request.is_detail or self.spec.detail is None or stops_the_lane(exc):
             return None
         gone = not getattr(exc, "counts_as_failure", True)
         text = one_line(exc, with_type=False)
@@ -342,14 +373,21 @@ class BaseOdsTask:
 
 
 
+def stops_the_lane(exc: BaseException) -> bool:
+    """True for a failure of the lane, the store or the run rather than of one request: ``AbortPipeline``
+    (40101, 40103, a tripped lane, a wrong configuration) or a request that reached no server at all."""
+    return isinstance(exc, AbortPipeline) or bool(getattr(exc, "transport_failure", False))
+
+
 class _Recheck:
     """Detail re-checks of a task, handed out lazily after every other seed: a parent already requested
     in this run (new, changed or owed) is skipped, until the budget is used."""
 
-    def __init__(self, spec, records: list[dict], requested: set, site_id: int, budget: int):
+    def __init__(self, spec, records: list[dict], writer: OdsWriter, site_id: int, budget: int):
         self._spec = spec
         self._records = list(records)
-        self._requested = requested
+        self._requested = writer.requested_details
+        self._in_flight = writer.in_flight
         self._site_id = site_id
         self.budget = budget
         self.used = 0
@@ -363,6 +401,7 @@ class _Recheck:
             if key in self._requested:
                 continue
             self._requested.add(key)
+            self._in_flight.add(key)
             request.context["recheck"] = True
             self.used += 1
             yield request

@@ -11,9 +11,16 @@ only) and are recorded in ``etl_meta.detail_pending`` in the same transaction, s
 failure, a cancel or a crash is retried by the next run. A detail that failed counts one attempt there
 (``attempts``, ``last_error``); after ``detail_max_attempts`` it is given up; one the upstream does not
 know (40401) leaves the list. A parent whose change consists only of fields that were not in its stored
-payload (every field it had is unchanged: schema drift, e.g. the API added a field) is updated but asks for
-no detail, unless the task's ``detail.refetch_on_new_fields`` is set. Identifiers always go through
+payload (schema drift, e.g. the API added a field) or of the task's ``volatile_fields`` (upstream-api.md Q11:
+``member.points`` changes without ``updateTime``), or of both, is updated but asks for no detail, unless the
+task's ``detail.refetch_on_new_fields`` / ``detail.refetch_on_volatile`` is set: the stored detail rows stay
+as they were until the parent's next other change (warehouse-model §2.3). Identifiers always go through
 ``sql.Identifier``; values are always parameters.
+
+Owed means recorded: every parent that asks for a detail has its ``etl_meta.detail_pending`` row written in
+the transaction that writes the parent, also when a request for it is already out (a periodic re-check, a
+detail fetched earlier in this run), so whatever stops the run early, the detail stays owed until a
+``DetailDone`` clears it.
 """
 
 from __future__ import annotations
@@ -102,7 +109,18 @@ class OdsWriter:
     detail_scope_follows_rows: bool = True
     detail_max_attempts: int = 5
     requested_details: set = field(default_factory=set)
+    """(site_id, parent_key) of every detail requested in this run (re-checks included): a re-check skips them."""
+    in_flight: set = field(default_factory=set)
+    """Keys whose detail request is out and not yet answered: a change seen meanwhile asks for no second one."""
+    recorded: set = field(default_factory=set)
+    """Keys known to have an ``etl_meta.detail_pending`` row."""
     given_up: list = field(default_factory=list)
+    lost_details: set = field(default_factory=set)
+    """(site_id, parent_key) of detail rows whose batch failed for good: their ``DetailDone`` clears nothing."""
+    parents_seen: int = 0
+    """List rows of a task with details written so far (the live estimate's base)."""
+    details_queued: int = 0
+    """Detail requests created for new or changed parents so far."""
     _statements: dict = field(default_factory=dict, repr=False)
     _maybe_committed: bool = field(default=False, repr=False)   # the batch runs again after a lost connection
 
@@ -111,17 +129,38 @@ class OdsWriter:
         self.conn = conn
         return self
 
+    def owe(self, keys: Iterable[tuple]) -> None:
+        """``(site_id, parent_key)`` owed by earlier runs, whose requests this run sends (recorded, in flight)."""
+        for key in keys:
+            self.requested_details.add(key)
+            self.in_flight.add(key)
+            self.recorded.add(key)
+
+    def batch_lost(self, rows: list) -> None:
+        """A batch failed for good (after its retries): detail rows in it were not written, so their parents'
+        details stay owed — a ``DetailDone`` that comes in a later batch must not clear them (issue 21)."""
+        if self.spec.detail is None:
+            return
+        d = self.spec.detail
+        for row in rows:
+            if isinstance(row, OdsRow) and row.table == d.target_table:
+                self.lost_details.add((row.site_id, parent_key(row.record.get(d.parent.field))))
+
     def save_state(self) -> tuple:
         """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
-        return set(self.requested_details), len(self.given_up)
+        return set(self.requested_details), set(self.in_flight), set(self.recorded), len(self.given_up)
 
     def restore_state(self, saved: tuple) -> None:
         """Back to ``saved`` before the batch runs again after a lost connection. Its transaction may have been
         committed all the same (the connection was lost after the server committed, before the client heard it):
         then the rows come back unchanged and would ask for no detail, so the batch run again also asks for the
         details its parents still owe in ``etl_meta.detail_pending`` (:meth:`_queue_details`)."""
-        requested, given_up = saved
-        self.requested_details = set(requested)
+        requested, in_flight, recorded, given_up = saved
+        # the same set objects stay (a re-check source holds requested_details): update them in place
+        for current, old in ((self.requested_details, requested), (self.in_flight, in_flight),
+                             (self.recorded, recorded)):
+            current.clear()
+            current.update(old)
         del self.given_up[given_up:]
         self._maybe_committed = True
 
@@ -180,12 +219,12 @@ class OdsWriter:
                 return
             changed = cur.fetchall()
             cur.close()
+            self.parents_seen += len(latest)
             inserted = sum(1 for r in changed if r[0])
             result.inserted += inserted
             result.updated += len(changed) - inserted
             result.skipped += len(latest) - len(changed)
-            refetch = self.spec.detail.refetch_on_new_fields
-            wanted = {(r[2], tuple(r[3:])) for r in changed if refetch or not r[1]}
+            wanted = {(r[2], tuple(r[3:])) for r in changed if not r[1]}
             self._queue_details(latest.values(), wanted, result)
 
         return finish
@@ -223,7 +262,7 @@ class OdsWriter:
 
     def _upsert_sql(self, layout: TableLayout, parents: bool) -> sql.Composed:
         """One statement: unnest the column arrays (and the payload array, by position), upsert by key, count
-        (or, for detail parents, list with a drift-only flag) the rows written. Key types come from the
+        (or, for detail parents, list with a no-detail-needed flag) the rows written. Key types come from the
         closed ``SqlKeyType`` list."""
         schema, name = split_table(layout.table)
         target = sql.Identifier(schema, name)
@@ -257,26 +296,34 @@ class OdsWriter:
         if not parents:
             return sql.SQL("WITH w AS ({}) SELECT count(*) FILTER (WHERE inserted), count(*) FROM w").format(upsert)
         # Detail parents: the stored payload before this statement (one snapshot for the whole WITH) tells a
-        # drift-only change: the new payload minus the fields the old one lacked equals the old payload.
+        # change that needs no detail: both payloads without the volatile fields (Q11) are equal once the new
+        # one also drops the fields the old one lacked (schema drift). Each part is left out when the task's
+        # detail.refetch_on_* asks for a detail anyway.
         match = sql.SQL(" AND ").join(sql.SQL("p.{c} = w.{c}").format(c=sql.Identifier(c)) for c in conflict)
         old_keys = sql.SQL(" AND ").join(
             sql.SQL("o.{c} = ANY(%s::{t}[])").format(c=sql.Identifier(c), t=sql.SQL(t))
             for c, t in typed[:len(conflict)])
+        detail = self.spec.detail
+        volatile = () if detail.refetch_on_volatile else self.spec.volatile_fields
+        ignore = (sql.SQL(" - ARRAY[{}]::text[]").format(sql.SQL(", ").join(map(sql.Literal, volatile)))
+                  if volatile else sql.SQL(""))
+        new_fields = sql.SQL("") if detail.refetch_on_new_fields else sql.SQL(
+            " - ARRAY(SELECT jsonb_object_keys(w.payload) EXCEPT SELECT jsonb_object_keys(p.payload))")
         return sql.SQL(
             "WITH prev AS MATERIALIZED (SELECT {okeys}, o.payload, o.is_deleted FROM {target} o WHERE {old_keys}), "
             "w AS ({upsert}) "
-            "SELECT w.inserted, COALESCE(NOT p.is_deleted AND p.payload = w.payload - ARRAY("
-            "SELECT jsonb_object_keys(w.payload) EXCEPT SELECT jsonb_object_keys(p.payload)), false), {wkeys} "
-            "FROM w LEFT JOIN prev p ON {match}"
+            "SELECT w.inserted, COALESCE(NOT p.is_deleted AND (p.payload{ignore}) = (w.payload{ignore}){new_fields}, "
+            "false), {wkeys} FROM w LEFT JOIN prev p ON {match}"
         ).format(okeys=sql.SQL(", ").join(sql.SQL("o.{}").format(sql.Identifier(c)) for c in conflict),
-                 target=target, old_keys=old_keys, upsert=upsert, match=match,
+                 target=target, old_keys=old_keys, upsert=upsert, match=match, ignore=ignore, new_fields=new_fields,
                  wkeys=sql.SQL(", ").join(sql.SQL("w.{}").format(sql.Identifier(c)) for c in conflict))
 
     # ------------------------------------------------------------------ details
     def _queue_details(self, rows: Iterable[OdsRow], changed: set, result: WriteResult) -> None:
-        """Detail requests for the parents in ``changed`` — and, when the batch runs again after a lost connection,
-        for its parents whose detail is owed (their first transaction may have committed); every other row counts
-        as ``follow_ups_skipped``."""
+        """Detail requests for the parents in ``changed``, each recorded as owed in this transaction (even when
+        a request for it is already out) — and, when the batch runs again after a lost connection, for its parents
+        whose detail is owed and not requested (their first transaction may have committed); every other row
+        counts as ``follow_ups_skipped``."""
         rows = list(rows)
         if self._maybe_committed:
             changed = changed | self._owed(rows, changed)
@@ -287,11 +334,15 @@ class OdsWriter:
                 continue
             request = detail_request(self.spec, row.record, scope=row.scope if self.detail_scope_follows_rows else None)
             key = (row.site_id, request.context["parent_key"])
-            if key in self.requested_details:
+            if key not in self.recorded:
+                self.recorded.add(key)
+                pending.append((self.connector, self.spec.code, row.site_id, key[1], Jsonb(row.record)))
+            if key in self.in_flight:
                 continue
             self.requested_details.add(key)
+            self.in_flight.add(key)
+            self.details_queued += 1
             result.follow_ups.append(request)
-            pending.append((self.connector, self.spec.code, row.site_id, key[1], Jsonb(row.record)))
         if pending:
             with self.conn.cursor() as cur:
                 cur.executemany(
@@ -302,13 +353,13 @@ class OdsWriter:
                 )
 
     def _owed(self, rows: list[OdsRow], changed: set) -> set:
-        """``(site_id, keys)`` of the rows not in ``changed`` whose parent has an owed detail not requested yet."""
+        """``(site_id, keys)`` of the rows not in ``changed`` whose parent has an owed detail with no request out."""
         keys = {}
         for row in rows:
             if (row.site_id, row.keys) in changed:
                 continue
             key = (row.site_id, parent_key(row.record.get(self.spec.detail.id_column)))
-            if key not in self.requested_details:
+            if key not in self.in_flight:
                 keys[key] = (row.site_id, row.keys)
         if not keys:
             return set()
@@ -319,6 +370,9 @@ class OdsWriter:
         return {keys[(site, key)] for site, key in owed if (site, key) in keys}
 
     def _detail_done(self, marker: DetailDone, result: WriteResult) -> None:
+        if (marker.site_id, marker.parent_key) in self.lost_details:  # some of its rows were not written
+            self.in_flight.discard((marker.site_id, marker.parent_key))
+            return
         layout = self.layouts[marker.table]
         assert layout.parent is not None
         result.deleted += self._soft_delete_missing(
@@ -326,6 +380,8 @@ class OdsWriter:
         key = (self.connector, marker.task_code, marker.site_id, marker.parent_key)
         self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
                           "AND site_id = %s AND parent_key = %s", key)
+        self.recorded.discard(key[2:])
+        self.in_flight.discard(key[2:])
         self.conn.execute(
             "INSERT INTO etl_meta.detail_checked (connector, task_code, site_id, parent_key, checked_at, run_id) "
             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id, parent_key) DO UPDATE "
@@ -333,9 +389,11 @@ class OdsWriter:
 
     def _detail_failed(self, failure: DetailFailed, given_up: list[str]) -> None:
         key = (self.connector, failure.task_code, failure.site_id, failure.parent_key)
+        self.in_flight.discard(key[2:])
         if failure.gone:
             self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
                               "AND site_id = %s AND parent_key = %s", key)
+            self.recorded.discard(key[2:])
             return
         row = self.conn.execute(
             "UPDATE etl_meta.detail_pending SET attempts = attempts + 1, last_error = %s, updated_at = now() "
@@ -344,6 +402,7 @@ class OdsWriter:
         if row is not None and row[0] >= self.detail_max_attempts:
             self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
                               "AND site_id = %s AND parent_key = %s", key)
+            self.recorded.discard(key[2:])
             given_up.append(failure.parent_key)
 
     # ------------------------------------------------------------------ snapshot soft delete
