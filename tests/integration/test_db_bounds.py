@@ -18,7 +18,7 @@ from feiqiu_etl.pipeline import RateLimiter, RequestScheduler
 
 def _terminate_others(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        return conn.execute("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "  # gone on return
                             "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
 
 
@@ -40,8 +40,8 @@ def _connections(dsn: str) -> int:
 def test_200_lanes_paused_by_a_flapping_database_all_resume_and_finish(pg_dsn):
     """The 200-lane hang of issue 19: lanes waiting in ``_wait_unpaused`` while nothing resumes them. Here 200 real
     lanes send while 60 writers write through a pool of 4 connections whose backends are terminated over and over
-    (every termination pauses all lanes); every lane must finish its requests, nobody may stay paused, and the pool
-    never holds more than its 4 connections."""
+    (every termination pauses all lanes); every lane must finish its requests, nobody may stay paused, and the
+    health object never holds more than the pool's 4 connections and its watchdog's probe."""
     lanes = [RequestScheduler(name=f"l{i}") for i in range(200)]
     paused_now = [0]
 
@@ -103,7 +103,7 @@ def test_200_lanes_paused_by_a_flapping_database_all_resume_and_finish(pg_dsn):
     assert sum(kills) > 0 and stats.outages > 0, (kills, stats)
     assert stats.available and stats.retrying == 0 and paused_now[0] == 0, stats
     assert sent == [40] * len(lanes)
-    assert peak[0] <= 4, peak
+    assert peak[0] <= 4 + 1, peak  # the pool, and the watchdog's probe (opened only while in doubt)
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 60 * 30
 

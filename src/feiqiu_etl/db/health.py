@@ -10,20 +10,23 @@ rows that cannot be stored), and the operation runs again from its start on anot
 exponential backoff — safe because every write is an idempotent upsert in one transaction and the caller
 restores what the failed transaction had recorded in memory.
 
-**Who resumes.** The pause is level-triggered: the lanes are paused exactly while at least one operation is
-retrying (a counter changed under one lock together with the pause and resume calls, in ``finally`` blocks),
-so whatever way the last retrying operation ends — it succeeds, it gives up, it is cancelled, it meets a data
-error — the lanes resume or are stopped. (Issue 19's 200-lane hang was a pause set by one thread after another
-thread's success had already "resumed": nobody ever resumed again, and nobody checked the limit.)
+**Who resumes.** The pause and the resume are decided under one lock, together with the figures they follow,
+and every operation reports how it ended in a ``finally`` block: the lanes resume as soon as the server answers
+an operation after the last failure (it is back, even while other operations still retry), or once no operation
+is retrying any more — so whatever way the last retrying operation ends (it succeeds, gives up, is cancelled,
+meets a data error) nobody is left paused. (Issue 19's 200-lane hang was a pause applied by one thread after
+another thread's success had already "resumed": nobody ever resumed again, and nobody looked at the limit.)
 
-**Within the limit.** Every retrying operation gives up once the outage is older than ``limit`` seconds
-(``db.unavailable_limit``): it raises :class:`DatabaseUnavailable`, ``on_gave_up(reason)`` stops the lanes once,
-and the run ends FAILED (exit 7) with one line. Each attempt is bounded too: a connect by ``db.connect_timeout``,
-a pool checkout by the limit, a statement on a live server by ``statement_timeout``/``lock_timeout``
+**Within the limit.** A retrying operation gives up once it has failed for longer than ``limit`` seconds
+(``db.unavailable_limit``, counted from the server's last answer when the watchdog knows it): it raises
+:class:`DatabaseUnavailable`, ``on_gave_up(reason)`` stops the lanes once, and the run ends FAILED (exit 7)
+with one line. Each attempt is bounded too: a connect by ``db.connect_timeout``, a pool checkout by the limit,
+a statement on a live server by ``statement_timeout``/``lock_timeout``
 (:class:`~feiqiu_etl.db.connection.DbLimits`), and a statement on a server that stopped answering — frozen,
 ``SIGSTOP``, a Unix socket where TCP keepalives do not apply — by the :class:`DatabaseWatchdog`: when nothing has
 answered for ``stall`` seconds while a statement waits, it shuts the sockets of every statement in flight
-down (the waiting threads get a connection error at once) and the outage counts from the server's last answer.
+down (the waiting threads get a connection error at once). Once the run is cancelled, an operation meets a
+database that is away with :class:`DatabaseUnavailable` at once instead of waiting for it.
 
 Nothing here knows about ODS or DWD; it only tells connection errors from data errors.
 """
