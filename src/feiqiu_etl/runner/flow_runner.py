@@ -6,6 +6,12 @@ live status, remote cancel, stored log) → run all lanes at once, one thread ea
 serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
 (:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`). The caller prepares the database (DDL, :func:`prepare_database`) and
 handles signals; everything else about a run happens here.
+
+Database use is bounded (issue 19): the lanes' writers, the DWD tables and the run's record share ONE pool of
+``db.pool_size`` connections (:class:`~feiqiu_etl.db.health.DatabaseHealth`), whatever the number of lanes; the
+lane guard's session and the run control's (heartbeat, LISTEN) come on top, and the database watchdog's probe
+while in doubt. A record the database does not take (it stopped answering) is kept for later
+(:mod:`feiqiu_etl.runs.late`).
 """
 
 from __future__ import annotations
