@@ -117,14 +117,31 @@ def fleet_file(path, lanes: dict[str, tuple[str, tuple[int, ...]]]) -> str:
     return str(path)
 
 
-def store_exact(dsn: str, sim: Simulator, site: int, tasks) -> None:
-    """Assert that ODS holds exactly what the simulator has for ``site`` and ``tasks`` (list and details)."""
+def store_exact(dsn: str, sim: Simulator, site: int, tasks, window: tuple[str, str] | None = None) -> None:
+    """Assert that ODS holds exactly what the simulator has for ``site`` and ``tasks`` (list and details) in
+    ``window`` (default: the history of a simulator anchored at :data:`ANCHOR`)."""
     for spec in (CONNECTOR.task(c) for c in tasks):
         got = {k: v for k, v in ods_rows(dsn, spec.table).items() if k[0] == site}
-        assert got == expected_rows(sim, spec, site), (spec.code, site)
+        assert got == expected_rows(sim, spec, site, window), (spec.code, site)
         if spec.detail:
             got = {k: v for k, v in ods_rows(dsn, spec.detail.target_table).items() if k[0] == site}
-            assert got == expected_detail_rows(sim, spec, site), (spec.detail.target_table, site)
+            assert got == expected_detail_rows(sim, spec, site, window), (spec.detail.target_table, site)
+
+
+def history(sim: Simulator) -> tuple[str, str]:
+    """The window of ``sim``'s whole generated history, ``[anchor - days, anchor)`` (any anchor)."""
+    anchor = sim.dataset.anchor
+    return fmt(anchor - timedelta(days=sim.config.days)), fmt(anchor)
+
+
+def as_environment(settings: dict) -> dict[str, str]:
+    """``--set`` keys as the environment variables that set them (``pipeline.ods_x.rate_min`` →
+    ``PIPELINE_ODS_X__RATE_MIN``)."""
+    out = {}
+    for key, value in settings.items():
+        parts = key.upper().split(".")
+        out["_".join(parts[:2]) + ("__" + parts[2] if len(parts) == 3 else "")] = str(value)
+    return out
 
 
 def dwd_exact(dsn: str, site: int, tasks) -> None:

@@ -313,11 +313,14 @@ def _db_error(exc: BaseException, dsn: str) -> str:
 
 
 def execute_in_process(options, dsn: str | None = None, token: CancellationToken | None = None, *,
-                       command: str = "run", args: dict | None = None, abortable: bool = True, client_factory=None,
-                       heartbeat: float | None = None):
+                       invocation=None, abortable: bool = True, client_factory=None, heartbeat: float | None = None,
+                       progress: Callable[[str], None] | None = None):
     """Run in this process against an existing database — ``dsn``, else the settings' ``db_dsn`` (``options.dsn``,
     ``$ETL_DB_DSN``) — with no signal handling, no progress display and no embedded server: what tests and
-    orchestrators (Dagster) call. Raises :class:`UsageFailure` for a bad configuration, no database or an
+    orchestrators (Dagster) call. ``invocation`` (:class:`~feiqiu_etl.runs.registry.Invocation`, default: the
+    command ``run`` without arguments) is what the run's record says started it. ``progress`` receives the lines
+    the CLI prints without a terminal, as they happen (:func:`feiqiu_etl.report.progress_lines`: one per
+    finished task, one per ``progress.heartbeat_seconds``). Raises :class:`UsageFailure` for a bad configuration, no database or an
     unreachable one; returns the :class:`~feiqiu_etl.runner.RunResult`."""
     from feiqiu_etl.runner import FlowRunner, RunnerWiring
     from feiqiu_etl.runs.registry import Invocation
@@ -330,7 +333,7 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     check_database(dsn, token, db_timeout)
-    invocation = Invocation(command=command, args=args or {})
+    invocation = invocation or Invocation()
     planned = plan_bounded(inputs, dsn, connect, token, invocation, now=options.now)
     if planned.result is not None:
         return planned.result
@@ -338,4 +341,9 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
                           database=planned.database, **kw)
     runner = FlowRunner(planned.plan, dsn, invocation=invocation, cancel_token=token, wiring=wiring)
-    return runner.run()
+    if progress is None:
+        return runner.run()
+    from feiqiu_etl.report import progress_lines
+
+    with progress_lines(runner, progress, inputs.settings.progress.heartbeat_seconds):
+        return runner.run()

@@ -376,6 +376,16 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
             finally:
                 logs.attach_console(None)
         return
+    with progress_lines(runner, lambda line: logs.progress_line(line, console), heartbeat):
+        yield
+
+
+@contextmanager
+def progress_lines(runner, emit: Callable[[str], None], heartbeat: float = 30.0) -> Iterator[None]:
+    """While the body runs, ``emit`` a line per finished task as it finishes (:func:`task_line`) and a
+    :func:`heartbeat_line` every ``heartbeat`` seconds (0 = none), from a helper thread (twice a second, and
+    once more at the end). What the CLI prints without a terminal and a Dagster step writes into its event
+    log. The lines are plain text; ``emit`` escapes them for where they go."""
     printed = 0
     last_beat = time.monotonic()
 
@@ -385,10 +395,10 @@ def live_progress(runner, enabled: bool, heartbeat: float = 30.0) -> Iterator[No
         total = runner.plan.task_count
         for run in finished[printed:]:
             printed += 1
-            logs.progress_line(task_line(printed, total, run), console)
+            emit(task_line(printed, total, run))
         if heartbeat > 0 and time.monotonic() - last_beat >= heartbeat:
             last_beat = time.monotonic()
-            logs.progress_line(heartbeat_line(runner.statistics()), console)
+            emit(heartbeat_line(runner.statistics()))
 
     with _every(0.5, report):
         yield

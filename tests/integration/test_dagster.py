@@ -26,8 +26,8 @@ from feiqiu_etl.connector.windows import fmt  # noqa: E402
 from feiqiu_etl.dagster import DWD_KEY, FleetSettings, build_definitions, lane_key, pool_name  # noqa: E402
 from feiqiu_etl.plan.fleet import load_fleet  # noqa: E402
 from feiqiu_etl.simulator import Simulator  # noqa: E402
-from flowkit import (ANCHOR, FAST, dwd_exact, fleet_file, lane_violations, sim_config,  # noqa: E402
-                     store_exact)
+from flowkit import (ANCHOR, FAST, as_environment, dwd_exact, fleet_file, lane_violations,  # noqa: E402
+                     sim_config, store_exact)
 
 NORTH = (8640015201004417, 8640015201004418)
 SOUTH = (8640015201004421,)
@@ -83,7 +83,8 @@ def test_the_fleet_materializes_store_by_store_and_dwd_follows(pg_dsn, tmp_path)
         assert pools == {north_key: pool_name("feiqiu", load_fleet(fleet).lanes[0], TOKENS),
                          south_key: pool_name("feiqiu", load_fleet(fleet).lanes[1], TOKENS)}
         assert all("fq_" not in p for p in pools.values()) and len(set(pools.values())) == 2
-        assert {s.name for s in defs.schedules} == {"feiqiu_ods_north_daily", "feiqiu_ods_south_daily"}
+        assert {s.name for s in defs.schedules} == {"feiqiu_ods_north_daily", "feiqiu_ods_south_daily",
+                                                    "feiqiu_freshness_hourly"}
 
         before = dg.evaluate_automation_conditions(defs=defs, instance=instance)  # the sensor's first tick
         assert before.get_num_requested(DWD_KEY) == 0  # nothing in ODS yet: no DWD load
@@ -246,7 +247,8 @@ def test_without_a_pool_limit_the_lane_guard_makes_the_second_run_wait(pg_dsn, t
     assert all("has no limit in this Dagster instance" in o for o in outputs)
     runs = _runs_by_site(pg_dsn)
     assert {site: r[2] for site, r in runs.items()} == {site: "SUCCESS" for site in NORTH}
-    first, second = sorted(NORTH, key=lambda s: runs[s][0])
+    # first: the run that got the lane (its record may have started a moment after the other's)
+    first, second = sorted(NORTH, key=lambda s: _span(log, [s])[0])
     assert runs[second][0] < runs[first][1]  # both runs were going at once ...
     assert lane_violations([e for e in log if e.site_id in NORTH], 0.01) == []  # ... yet the lane stayed serial
     assert _span(log, [second])[0] >= _span(log, [first])[1]  # the second waited for the lane guard
@@ -266,7 +268,9 @@ def test_the_module_loads_from_FEIQIU_FLEET_for_dagster_dev(tmp_path):
         definitions_from_env({})  # what the code location shows when the variable is missing
 
     defs = definitions_from_env({"FEIQIU_FLEET": fleet, "FEIQIU_DAGSTER_CRON": "30 1 * * *"})
-    assert {s.cron_schedule for s in defs.schedules} == {"30 1 * * *"}
+    assert {s.name: s.cron_schedule for s in defs.schedules} == {
+        "feiqiu_ods_north_daily": "30 1 * * *", "feiqiu_ods_south_east_daily": "30 1 * * *",
+        "feiqiu_freshness_hourly": "15 * * * *"}
     assert {j.name for j in defs.jobs} >= {"feiqiu_ods_north", "feiqiu_ods_south_east", "feiqiu_dwd"}
     assert defs.resolve_assets_def(["feiqiu", "ods", "north"]).op.pool == "feiqiu_env_FQ_NORTH"  # no token here
     tick = defs.resolve_schedule_def("feiqiu_ods_north_daily").evaluate_tick(
@@ -360,16 +364,6 @@ def test_a_worker_killed_mid_lane_frees_the_lock_at_once_and_its_pool_slot_once_
     assert statuses == ["INTERRUPTED", "SUCCESS"]  # the next run found the dead one and said so
 
 
-def _as_environment(settings: dict) -> dict:
-    """``--set`` keys as the environment variables that set them (``pipeline.ods_x.rate_min`` →
-    ``PIPELINE_ODS_X__RATE_MIN``)."""
-    out = {}
-    for key, value in settings.items():
-        parts = key.upper().split(".")
-        out["_".join(parts[:2]) + ("__" + parts[2] if len(parts) == 3 else "")] = str(value)
-    return out
-
-
 def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
     """Issue 19: a step reads ``FEIQIU_API_BASE``, ``ETL_DB_DSN`` and every ``PIPELINE_*``/``API_*`` setting from its
     environment through the CLI's code path and in the CLI's order — the environment beats the fleet file's
@@ -381,7 +375,7 @@ def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
                      f"lanes:\n  - {{name: north, token_env: FQ_NORTH, stores: [{{site_id: {NORTH[0]}}}]}}\n",
                      encoding="utf-8")
     with _sim(76, NORTH) as sim:
-        env = {**TOKENS, "FEIQIU_API_BASE": sim.base_url, "ETL_DB_DSN": pg_dsn, **_as_environment(FAST)}
+        env = {**TOKENS, "FEIQIU_API_BASE": sim.base_url, "ETL_DB_DSN": pg_dsn, **as_environment(FAST)}
         window = _window(sim.config.days)
         cli = prepare(RunOptions(fleet_path=str(fleet), environ=env, unsafe_gaps=True, load_dwd=False, **window))
         (lane,) = cli.lanes
@@ -403,3 +397,31 @@ def test_a_step_reads_the_environment_as_the_cli_does(pg_dsn, tmp_path):
     assert command == "dagster"
     assert config["pipeline.rate_min"] == {"value": FAST["pipeline.rate_min"], "source": "environment"}
     assert config["api.timeout"]["source"] == "environment"
+
+
+def test_a_step_reads_dotenv_as_the_cli_does(pg_dsn, tmp_path, monkeypatch):
+    """The step's ``./.env`` is read by the CLI's own function: its settings count (source ``.env``), the real
+    environment wins over it, and a setting it names that does not exist fails the step in one line, as
+    ``feiqiu-etl run`` exits 2 for it."""
+    fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
+    for name, value in {**TOKENS, **as_environment(FAST)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PIPELINE_RATE_MAX", "0.03")  # the environment wins over .env
+    (tmp_path / ".env").write_text("WINDOW_SEGMENT_DAYS=1\nPIPELINE_RATE_MAX=7\n", encoding="utf-8")  # cwd: tmp_path
+    with _sim(77, NORTH) as sim:
+        monkeypatch.setenv("FEIQIU_API_BASE", sim.base_url)
+        monkeypatch.setenv("ETL_DB_DSN", pg_dsn)
+        defs = build_definitions(FleetSettings(fleet, unsafe_gaps=True, run_options=_window(sim.config.days)))
+        job = defs.resolve_job_def("feiqiu_ods_north")
+        with dg.DagsterInstance.ephemeral() as instance:
+            ok = job.execute_in_process(instance=instance, partition_key=str(NORTH[0]))
+            (tmp_path / ".env").write_text("PIPELINE_RATE_MAXIMUM=7\n", encoding="utf-8")
+            bad = job.execute_in_process(instance=instance, partition_key=str(NORTH[1]), raise_on_error=False)
+        assert ok.success
+        store_exact(pg_dsn, sim, NORTH[0], TASKS)
+    with psycopg.connect(pg_dsn) as conn:
+        (config,) = conn.execute("SELECT config FROM etl_meta.run").fetchone()  # the bad one never started a run
+    assert config["window.segment_days"] == {"value": 1, "source": ".env"}
+    assert config["pipeline.rate_max"] == {"value": 0.03, "source": "environment"}
+    failure = [e for e in bad.all_events if e.is_step_failure][0].step_failure_data.error.message
+    assert "unknown setting PIPELINE_RATE_MAXIMUM in .env" in failure and "\n" not in failure.strip()

@@ -75,3 +75,15 @@ def test_only_the_dagster_package_imports_dagster():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             offenders += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] == "dagster"]
     assert offenders == []
+
+
+def test_bans_are_the_lanes_and_the_banned_seconds_the_stores():
+    task = _task(1)
+    task.result.banned_seconds = 12.5
+    lane = LaneResult("north", "feiqiu:0123456789ab", [StoreResult(1, None, [task]), StoreResult(2, None, [_task(2)])],
+                      statistics=LaneTotals(seconds=40.0, banned=2, banned_seconds=12.5))
+    run = RunResult("20240304T000000Z-abcdef12", "feiqiu", lanes=[lane])
+    run.finish(cancelled=False)
+    verdict = judge_ods(run, [1, 2])
+    assert (verdict.metadata["1"]["bans"], verdict.metadata["1"]["banned_seconds"]) == (2, 12.5)
+    assert (verdict.metadata["2"]["bans"], verdict.metadata["2"]["banned_seconds"]) == (2, 0)

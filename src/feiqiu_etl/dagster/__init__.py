@@ -6,8 +6,10 @@ directly. Only this package imports ``dagster``; the rest of feiqiu-etl never do
 the pools (one per token, limit 1), the PostgreSQL lane guard underneath, and what happens when a worker dies.
 
 Environment read by :data:`defs`: ``FEIQIU_FLEET`` (required), ``FEIQIU_CONNECTOR`` (optional connector file),
-``FEIQIU_DAGSTER_CRON`` (default ``0 3 * * *``, Asia/Shanghai), and when a step runs ``ETL_DB_DSN``, the tokens'
-variables, ``FEIQIU_API_BASE`` and any ``PIPELINE_*``/``DWD_*``/``WINDOW_*`` setting, as the CLI does.
+``FEIQIU_DAGSTER_CRON`` (default ``0 3 * * *``, Asia/Shanghai), ``FEIQIU_UNSAFE_GAPS`` (``1``: the CLI's
+``--unsafe-gaps``, for a simulator with tiny gaps; never against the real upstream), and when a step runs
+``ETL_DB_DSN``, the tokens' variables, ``FEIQIU_API_BASE`` and any ``PIPELINE_*``/``DWD_*``/``WINDOW_*`` setting,
+exactly as the CLI reads them (one code path: :func:`feiqiu_etl.config.load_settings`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from feiqiu_etl.dagster.definitions import (DEFAULT_CRON, DEFAULT_WAIT_FOR_LANE,
 FLEET_ENV = "FEIQIU_FLEET"
 CONNECTOR_ENV = "FEIQIU_CONNECTOR"
 CRON_ENV = "FEIQIU_DAGSTER_CRON"
+UNSAFE_GAPS_ENV = "FEIQIU_UNSAFE_GAPS"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
 
 
 def definitions_from_env(environ: Mapping[str, str] | None = None) -> dg.Definitions:
@@ -34,7 +39,11 @@ def definitions_from_env(environ: Mapping[str, str] | None = None) -> dg.Definit
     if not path:
         raise FleetDefinitionsError(f"set {FLEET_ENV} to the fleet file (e.g. {FLEET_ENV}=fleet.yaml dagster dev -m "
                                     "feiqiu_etl.dagster); docs/scale-out.md shows one")
-    return build_definitions(FleetSettings(path, connector_path=env.get(CONNECTOR_ENV) or None),
+    unsafe = (env.get(UNSAFE_GAPS_ENV) or "").strip().lower()
+    if unsafe not in _TRUE | _FALSE:
+        raise FleetDefinitionsError(f"{UNSAFE_GAPS_ENV} must be 1 or 0, got {unsafe[:20]!r}")
+    return build_definitions(FleetSettings(path, connector_path=env.get(CONNECTOR_ENV) or None,
+                                           unsafe_gaps=unsafe in _TRUE),
                              schedule=DailySchedule(cron=env.get(CRON_ENV) or DEFAULT_CRON))
 
 
@@ -45,5 +54,5 @@ def defs() -> dg.Definitions:
 
 
 __all__ = ["CONNECTOR_ENV", "CRON_ENV", "DEFAULT_CRON", "DEFAULT_WAIT_FOR_LANE", "DWD_KEY", "DailySchedule",
-           "FLEET_ENV", "FleetDefinitionsError", "FleetSettings", "build_definitions", "definitions_from_env", "defs", "lane_key",
-           "pool_name"]
+           "FLEET_ENV", "FleetDefinitionsError", "FleetSettings", "UNSAFE_GAPS_ENV", "build_definitions",
+           "definitions_from_env", "defs", "lane_key", "pool_name"]

@@ -16,23 +16,26 @@ in the process that runs the step, and never appear in a definition, a log line 
 
 # no `from __future__ import annotations`: Dagster reads the `context` annotation at definition time
 import dataclasses
-import logging
 import os
 import re
-import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import dagster as dg
 
-from feiqiu_etl.connector.model import ConnectorError, load_connector
-from feiqiu_etl.dagster.outcome import Verdict, judge_dwd, judge_ods
+from feiqiu_etl.connector.model import Connector, ConnectorError, load_connector
+from feiqiu_etl.dagster.checks import (COMPLETE, CheckVerdict, fresh_check_name, read_completeness,
+                                       read_freshness)
+from feiqiu_etl.dagster.outcome import judge_dwd, judge_ods
+from feiqiu_etl.dagster.step import check_result, materialize_result, run_in_step, warehouse, warn_unlimited_pool
 from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
 from feiqiu_etl.plan.model import Secret
+from feiqiu_etl.runs.freshness import DEFAULT_STALE_HOURS, Schedule, schedule_from_fleet
 
 DEFAULT_CRON = "0 3 * * *"
+DEFAULT_FRESHNESS_CRON = "15 * * * *"
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 DEFAULT_WAIT_FOR_LANE = 6 * 3600.0
 """Seconds a step waits for the PostgreSQL lane guard when the token's lane is held elsewhere (another
@@ -59,7 +62,8 @@ class FleetSettings:
     ``overrides`` (``--set`` keys)/``unsafe_gaps`` are the CLI's; ``wait_for_lane`` (s) is how long a step
     waits for the PostgreSQL lane guard (None: fail at once); ``fail_on_partial`` makes a PARTIAL store fail
     its step; ``run_options`` sets further :class:`~feiqiu_etl.plan.RunOptions` fields (e.g. ``task_codes``,
-    ``window_start``/``window_end``, ``timeout``); ``environ`` replaces ``os.environ`` (tokens, settings).
+    ``window_start``/``window_end``, ``timeout``); ``environ`` replaces ``os.environ`` (tokens, settings);
+    ``stale_hours`` is the freshness checks' threshold (h; the ``freshness`` command's default).
     """
 
     fleet_path: str
@@ -72,6 +76,7 @@ class FleetSettings:
     fail_on_partial: bool = False
     run_options: Mapping[str, Any] = field(default_factory=dict)
     environ: Mapping[str, str] | None = None
+    stale_hours: float = DEFAULT_STALE_HOURS
 
     def env(self) -> Mapping[str, str]:
         return os.environ if self.environ is None else self.environ
@@ -80,21 +85,36 @@ class FleetSettings:
         """The :class:`RunOptions` of one materialization (``kw``: lanes/stores/load_dwd/dwd_only). Its settings
         are built as the CLI builds them (:func:`feiqiu_etl.config.load_settings`): ``dsn``, ``api_base`` and
         ``overrides`` take the places of ``--dsn``, ``--api-base`` and ``--set``; the step's environment
-        (``ETL_DB_DSN``, ``FEIQIU_API_BASE``, ``PIPELINE_*`` …) is read in the same order as the CLI's."""
+        (``ETL_DB_DSN``, ``FEIQIU_API_BASE``, ``PIPELINE_*`` …) and, without ``environ``, the ``./.env`` of the
+        step's working directory (:func:`feiqiu_etl.config.read_dotenv`, as the CLI reads it at start: the
+        environment wins, an unknown setting in it is an error) are read in the same order as the CLI's.
+        Raises ``dagster.Failure`` (one line) for a ``.env`` the CLI would refuse."""
+        from feiqiu_etl.config import ConfigError, DotEnv, read_dotenv
+        from feiqiu_etl.textsafe import escape
+
+        env = dict(self.env())
+        dotenv = DotEnv()
+        if self.environ is None:
+            try:
+                dotenv = read_dotenv(".env", env)
+            except ConfigError as exc:
+                raise dg.Failure(description=escape(str(exc)), allow_retries=False) from None
         return RunOptions(fleet_path=self.fleet_path, api_base=self.api_base, dsn=self.dsn,
                           connector_path=self.connector_path, overrides=dict(self.overrides),
-                          unsafe_gaps=self.unsafe_gaps, wait_for_lane=self.wait_for_lane, environ=dict(self.env()),
-                          **dict(self.run_options), **kw)
+                          unsafe_gaps=self.unsafe_gaps, wait_for_lane=self.wait_for_lane, environ=env,
+                          dotenv=dotenv, **dict(self.run_options), **kw)
 
 
 @dataclass(frozen=True)
 class DailySchedule:
-    """Each lane's daily schedule: ``cron`` in ``timezone``; ``running`` starts the schedules and the DWD
-    sensor RUNNING (default STOPPED: switch them on in the Dagster UI)."""
+    """Each lane's daily schedule: ``cron`` in ``timezone``; ``freshness_cron`` when the freshness checks run
+    on their own (default hourly, at :15); ``running`` starts the schedules and the DWD sensor RUNNING
+    (default STOPPED: switch them on in the Dagster UI)."""
 
     cron: str = DEFAULT_CRON
     timezone: str = DEFAULT_TIMEZONE
     running: bool = False
+    freshness_cron: str = DEFAULT_FRESHNESS_CRON
 
 
 def lane_key(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str | None:
@@ -128,7 +148,10 @@ def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
     * ``feiqiu/dwd``: the DWD load (``--dwd-only``) downstream of every lane, requested by the automation
       sensor ``feiqiu_dwd_after_ods`` once ODS was updated and no ODS run is in progress;
     * jobs ``feiqiu_ods_<lane>`` and ``feiqiu_dwd``; schedules ``feiqiu_ods_<lane>_daily`` (``schedule.cron`` in
-      ``schedule.timezone``, STOPPED unless ``schedule.running``) requesting one run per store.
+      ``schedule.timezone``, STOPPED unless ``schedule.running``) requesting one run per store;
+    * asset checks on each lane's asset (:mod:`feiqiu_etl.dagster.checks`): ``complete`` (the run's own
+      completeness, reported by the step) and ``fresh_<site id>`` per store (run after each materialization
+      and by the job ``feiqiu_freshness``, scheduled ``schedule.freshness_cron`` as ``feiqiu_freshness_hourly``).
 
     Raises :class:`FleetDefinitionsError` (one line) for a bad fleet or connector file, lane names that clash
     once made identifiers, or unknown ``run_options``.
@@ -143,6 +166,7 @@ def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
     try:
         fleet = load_fleet(fleet_path)
         connector = load_connector(settings.connector_path)
+        scheduled = schedule_from_fleet(fleet_path, [t.code for t in connector.tasks])
     except (FleetError, ConnectorError) as exc:
         raise FleetDefinitionsError(str(exc)) from None
     idents = [_ident(lane.name) for lane in fleet.lanes]
@@ -150,36 +174,52 @@ def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
         raise FleetDefinitionsError(f"{fleet_path}: lane names {', '.join(lane.name for lane in fleet.lanes)} clash "
                                     "once '-' becomes '_' (Dagster names)")
     env = settings.env()
-    assets, jobs, schedules = [], [], []
+    assets, jobs, schedules, checks = [], [], [], []
     status = dg.DefaultScheduleStatus.RUNNING if schedule.running else dg.DefaultScheduleStatus.STOPPED
     for lane in fleet.lanes:
-        asset = _ods_asset(lane, settings, pool_name(connector.name, lane, env))
-        job = dg.define_asset_job(f"feiqiu_ods_{_ident(lane.name)}", selection=[asset],
+        asset = _ods_asset(lane, settings, connector, pool_name(connector.name, lane, env))
+        fresh = _freshness_checks(lane, asset.key, settings, connector.name, scheduled)
+        job = dg.define_asset_job(f"feiqiu_ods_{_ident(lane.name)}",
+                                  selection=dg.AssetSelection.assets(asset) | dg.AssetSelection.checks(fresh),
                                   tags={LANE_TAG: lane.name},
                                   description=f"ODS of lane {lane.name}: one store per partition")
         assets.append(asset)
+        checks.append(fresh)
         jobs.append(job)
         schedules.append(_daily(lane, job, schedule.cron, schedule.timezone, status))
     dwd = _dwd_asset(settings, [a.key for a in assets])
     assets.append(dwd)
     jobs.append(dg.define_asset_job("feiqiu_dwd", selection=[dwd], description="DWD load from what ODS holds"))
+    freshness = dg.define_asset_job("feiqiu_freshness", selection=dg.AssetSelection.checks(*checks),
+                                    description="The freshness checks of every store, on their own")
+    jobs.append(freshness)
+    schedules.append(dg.ScheduleDefinition(name="feiqiu_freshness_hourly", job=freshness,
+                                           cron_schedule=schedule.freshness_cron,
+                                           execution_timezone=schedule.timezone, default_status=status,
+                                           description="Every store's freshness checks (stale data shows even "
+                                                       "when no run comes)"))
     sensor = dg.AutomationConditionSensorDefinition(
         "feiqiu_dwd_after_ods", target=dg.AssetSelection.assets(DWD_KEY),
         default_status=dg.DefaultSensorStatus.RUNNING if schedule.running else dg.DefaultSensorStatus.STOPPED,
         description="Loads DWD once ODS was updated and no ODS run is in progress")
     # one step per run: running it in the run worker itself saves a process per run (and its imports)
-    return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules, sensors=[sensor],
+    return dg.Definitions(assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules, sensors=[sensor],
                           executor=dg.in_process_executor)
 
 
 # ------------------------------------------------------------------------------------------------- assets
-def _ods_asset(lane: LaneModel, settings: FleetSettings, pool: str) -> dg.AssetsDefinition:
+def _ods_asset(lane: LaneModel, settings: FleetSettings, connector: Connector, pool: str) -> dg.AssetsDefinition:
+    key = dg.AssetKey(["feiqiu", "ods", lane.name])
     partitions = dg.StaticPartitionsDefinition([str(s.site_id) for s in lane.stores])
     names = ", ".join(f"{s.site_id} ({s.name})" if s.name else str(s.site_id) for s in lane.stores)
+    snapshots = {t.code for t in connector.tasks if t.is_snapshot}
+    complete = dg.AssetCheckSpec(COMPLETE, asset=key, description=(
+        "The run's own completeness: every planned window segment finished (all pages and details committed), "
+        "every snapshot completed, no planned task left unstarted, no owed detail given up"))
     with warnings.catch_warnings():  # backfill_policy is marked beta; single_run is what a lane wants
         warnings.simplefilter("ignore")
 
-        @dg.asset(key=dg.AssetKey(["feiqiu", "ods", lane.name]), partitions_def=partitions, pool=pool,
+        @dg.asset(key=key, partitions_def=partitions, pool=pool, check_specs=[complete],
                   group_name=ODS_GROUP, backfill_policy=dg.BackfillPolicy.single_run(), kinds={"postgres"},
                   description=f"ODS tables of the stores of lane {lane.name} (token from ${lane.token_env}): "
                               f"{names}. One token = one serial lane: pool {pool} must have limit 1.",
@@ -188,13 +228,56 @@ def _ods_asset(lane: LaneModel, settings: FleetSettings, pool: str) -> dg.Assets
                   op_tags={LANE_TAG: lane.name})
         def _ods(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             sites = [int(k) for k in context.partition_keys]
-            _warn_unlimited_pool(context, pool)
-            result = _run(context, settings.options(lanes=[lane.name], stores=sites, load_dwd=False),
-                          {"asset": f"feiqiu/ods/{lane.name}", "partitions": sites})
+            warn_unlimited_pool(context, pool)
+            options = settings.options(lanes=[lane.name], stores=sites, load_dwd=False)
+            result = run_in_step(context, options, {"asset": f"feiqiu/ods/{lane.name}", "partitions": sites})
             verdict = judge_ods(result, sites, fail_on_partial=settings.fail_on_partial)
-            return _report(context, verdict, partitioned=True)
+            checks = []
+            if not verdict.failure and dg.AssetCheckKey(key, COMPLETE) in context.selected_asset_check_keys:
+                checks.append(check_result(key, COMPLETE, _read(
+                    options, lambda conn: read_completeness(conn, connector.name, result, sites, snapshots))))
+            return materialize_result(context, verdict, partitioned=True, checks=checks)
 
     return _ods
+
+
+def _freshness_checks(lane: LaneModel, key: dg.AssetKey, settings: FleetSettings, connector: str,
+                      scheduled: Schedule) -> dg.AssetChecksDefinition:
+    """``fresh_<site id>`` for every store of ``lane`` (one op; a run may select some of them)."""
+    sites = [s.site_id for s in lane.stores]
+    specs = [dg.AssetCheckSpec(fresh_check_name(site), asset=key, description=(
+        f"Store {site}: every task it is scheduled for has data newer than {settings.stale_hours:g} h "
+        "(the rule of `feiqiu-etl freshness`)")) for site in sites]
+
+    @dg.multi_asset_check(specs=specs, can_subset=True, name=f"feiqiu_freshness_{_ident(lane.name)}",
+                          description=f"Freshness of the stores of lane {lane.name}")
+    def _fresh(context: dg.AssetCheckExecutionContext):
+        selected = {k.name for k in context.selected_asset_check_keys}
+        options = settings.options(lanes=[lane.name], load_dwd=False)
+        verdicts = _read(options, lambda conn: read_freshness(conn, connector, scheduled, sites,
+                                                                settings.stale_hours))
+        for site in sites:
+            name = fresh_check_name(site)
+            if name in selected:
+                yield check_result(key, name, verdicts if isinstance(verdicts, CheckVerdict) else verdicts[site])
+
+    return _fresh
+
+
+def _read(options: RunOptions, read):
+    """``read(conn)`` on the warehouse of ``options``; a database that cannot be read is a failed check with the
+    reason, not a failed step (the data may be fine: the check could not tell)."""
+    import psycopg
+
+    try:
+        with warehouse(options) as conn:
+            return read(conn)
+    except dg.Failure as exc:
+        return CheckVerdict(False, f"could not check: {exc.description}")
+    except psycopg.Error as exc:
+        from feiqiu_etl.errortext import one_line
+
+        return CheckVerdict(False, f"could not check: {one_line(exc, with_type=False)}")
 
 
 def _dwd_asset(settings: FleetSettings, upstream: list[dg.AssetKey]) -> dg.AssetsDefinition:
@@ -203,8 +286,8 @@ def _dwd_asset(settings: FleetSettings, upstream: list[dg.AssetKey]) -> dg.Asset
     @dg.asset(key=DWD_KEY, deps=upstream, group_name=DWD_GROUP, kinds={"postgres"}, automation_condition=condition,
               description="DWD layer (SCD2 dimensions, then facts) loaded from everything ODS holds")
     def _dwd(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        result = _run(context, settings.options(dwd_only=True), {"asset": "feiqiu/dwd"})
-        return _report(context, judge_dwd(result), partitioned=False)
+        result = run_in_step(context, settings.options(dwd_only=True), {"asset": "feiqiu/dwd"})
+        return materialize_result(context, judge_dwd(result), partitioned=False)
 
     return _dwd
 
@@ -221,111 +304,3 @@ def _daily(lane: LaneModel, job, cron: str, timezone: str, status) -> dg.Schedul
                                 tags={LANE_TAG: lane.name})
 
     return _tick
-
-
-# ------------------------------------------------------------------------------------------------ running
-def _report(context: dg.AssetExecutionContext, verdict: Verdict, *, partitioned: bool) -> dg.MaterializeResult:
-    for line in verdict.warnings:
-        context.log.warning(line)
-    if verdict.failure:
-        raise dg.Failure(description=verdict.failure, metadata=_clean(verdict.totals), allow_retries=False)
-    if not partitioned:
-        return dg.MaterializeResult(metadata=_clean(verdict.metadata[""]))
-    keys = list(context.partition_keys)
-    if len(keys) == 1:
-        return dg.MaterializeResult(metadata=_clean(verdict.metadata[keys[0]]))
-    for key in keys:
-        context.add_asset_metadata(_clean(verdict.metadata[key]), partition_key=key)
-    return dg.MaterializeResult(metadata=_clean(verdict.totals))
-
-
-def _clean(meta: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in meta.items():
-        if key == "first_errors":
-            out[key] = dg.MetadataValue.md(f"```\n{value}\n```")
-        elif key == "feiqiu_run_id":
-            out[key] = dg.MetadataValue.text(str(value))
-        else:
-            out[key] = value
-    return out
-
-
-def _warn_unlimited_pool(context: dg.AssetExecutionContext, pool: str) -> None:
-    """Say so when the pool has no limit: the PostgreSQL lane guard then keeps the lane serial."""
-    try:
-        info = context.instance.event_log_storage.get_concurrency_info(pool)
-        limit = info.limit
-    except Exception:  # noqa: BLE001 - storage without pool support: same advice
-        limit = None
-    if limit is None:
-        context.log.warning(f"pool {pool} has no limit in this Dagster instance: set concurrency.pools.default_limit: 1 "
-                            f"in dagster.yaml (or `dagster instance concurrency set '{pool}' 1`); until then runs of "
-                            "this token wait for each other on the PostgreSQL lane guard")
-
-
-class _ToDagsterLog(logging.Handler):
-    """feiqiu_etl warnings and errors into the step's Dagster log (tokens are never logged by the runner)."""
-
-    def __init__(self, context: dg.AssetExecutionContext):
-        super().__init__(logging.WARNING)
-        self._log = context.log
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self._log.log(record.levelno, f"{record.name}: {record.getMessage()}")
-        except Exception:  # noqa: BLE001 - logging must never break the run
-            pass
-
-
-def _run(context: dg.AssetExecutionContext, options: RunOptions, args: dict):
-    """One feiqiu-etl run in this process, in a worker thread, so that a Dagster termination (raised in this,
-    the main, thread) becomes a graceful cancel: no new requests, what was fetched is written, the run is
-    recorded CANCELLED, and then the interruption propagates. A configuration error (no database among them:
-    a step never starts an embedded server) is a ``Failure``."""
-    import click
-
-    from feiqiu_etl.flowcli import execute_in_process
-    from feiqiu_etl.pipeline.cancellation import CancellationToken
-
-    token = CancellationToken(timeout=options.timeout)
-    box: dict[str, Any] = {}
-    # wait on an Event, not Thread.join(): when a signal handler raises inside join(), CPython before 3.13
-    # marks the thread stopped although it still runs (bpo-45274), and the wait for the cancel would end early
-    done = threading.Event()
-    args = {**args, "dagster_run_id": context.run.run_id}
-
-    def work() -> None:
-        try:
-            box["result"] = execute_in_process(options, None, token, command="dagster", args=args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    handler = _ToDagsterLog(context)
-    logging.getLogger("feiqiu_etl").addHandler(handler)
-    threading.Thread(target=work, name="feiqiu-etl-run", daemon=True).start()
-    try:
-        try:
-            while not done.wait(0.2):
-                pass
-        except BaseException:  # Dagster terminated the run (DagsterExecutionInterruptedError) or Ctrl-C
-            token.cancel("dagster")
-            context.log.warning("run terminated: cancelling the feiqiu-etl run (fetched data is written first)")
-            while not done.wait(0.2):  # a second interruption ends this wait and the process
-                pass
-            if "result" in box:
-                context.log.warning(f"feiqiu-etl run {box['result'].run_id}: {box['result'].status}")
-            raise
-    finally:
-        token.dispose()
-        logging.getLogger("feiqiu_etl").removeHandler(handler)
-    error = box.get("error")
-    if isinstance(error, click.ClickException):  # bad configuration, unreachable database
-        raise dg.Failure(description=error.format_message(), allow_retries=False)
-    if error is not None:
-        raise error
-    result = box["result"]
-    context.log.info(f"feiqiu-etl run {result.run_id}: {result.status} ({result.totals()})")
-    return result

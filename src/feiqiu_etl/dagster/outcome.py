@@ -50,8 +50,10 @@ def _error_line(task: str, error: Any) -> str:
 
 def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> dict[str, Any]:
     """Metadata of one store's materialization: status, rows (inserted/updated/unchanged), requests,
-    rejections (42901/42902 answers), errors, tasks done, the lane (name and key — a token fingerprint,
-    never the token) and the feiqiu-etl run id (``feiqiu-etl show RUN_ID``)."""
+    rejections (42901/42902 answers), bans (42902 answers the lane got in this run: a ban is the token's, it
+    stops every store of the lane) and the seconds this store's tasks waited banned, errors, tasks done, the
+    lane (name and key — a token fingerprint, never the token) and the feiqiu-etl run id
+    (``feiqiu-etl show RUN_ID``)."""
     tasks = [t for t in store.tasks if t.skipped is None]
     inserted = sum(t.result.total_inserted for t in tasks)
     updated = sum(t.result.total_updated for t in tasks)
@@ -65,6 +67,8 @@ def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> d
         "rows_unchanged": unchanged,
         "requests": sum(t.result.total_requests for t in tasks),
         "rejections": sum(t.result.rate_limited for t in tasks),
+        "bans": lane.statistics.banned if lane.statistics is not None else 0,
+        "banned_seconds": round(sum(t.result.banned_seconds for t in tasks), 3),
         "errors": len(errors),
         "tasks_done": f"{len(tasks)}/{len(store.tasks)}",
         "site_id": store.site_id,
