@@ -19,7 +19,7 @@ from pathlib import Path
 
 from feiqiu_etl.connector.windows import fmt
 from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database
-from feiqiu_etl.flowcli import execute_in_process
+from feiqiu_etl.runner.launch import execute_in_process
 from feiqiu_etl.plan import RunOptions
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 

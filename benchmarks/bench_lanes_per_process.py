@@ -49,7 +49,7 @@ def _prepare(dsn: str) -> None:
     import psycopg
 
     from feiqiu_etl.connector.model import load_connector
-    from feiqiu_etl.runner import prepare_database
+    from feiqiu_etl.runner.flow_runner import prepare_database
 
     with psycopg.connect(dsn) as conn:
         prepare_database(conn, load_connector())
@@ -68,7 +68,7 @@ def child(lanes: int, days: int, gap: float, dsn: str, base: str, tasks: list[st
           pool_size: int = 16, workers: int = 2) -> dict:
     """One configuration, in this (fresh) process: run the fleet, sample RSS, threads and connections every 50 ms."""
     from feiqiu_etl.connector.windows import fmt
-    from feiqiu_etl.flowcli import execute_in_process
+    from feiqiu_etl.runner.launch import execute_in_process
     from feiqiu_etl.pipeline import CancellationToken
     from feiqiu_etl.plan import RunOptions
 

@@ -75,7 +75,7 @@ def run_once(engine_cls, dsn: str, pages: list[list[dict]], gap: float, latency:
 
         lane_gap = 0.0 if legacy_gap else gap
         cfg = PipelineConfig(workers=2, batch_size=100, batch_timeout=1.0, rate_min=lane_gap, rate_max=lane_gap)
-        engine = engine_cls(transport, cfg, lane=RequestScheduler())
+        engine = engine_cls(transport, cfg, scheduler=RequestScheduler())
         seed = PipelineRequest(spec.endpoint, {"siteId": SITE, "page": 1, "limit": size}, page_size=size,
                                data_path=spec.data_path, list_key=spec.list_key, scope=("bench",))
         t0 = time.perf_counter()

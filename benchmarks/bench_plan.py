@@ -30,10 +30,10 @@ from pathlib import Path
 import psycopg
 
 from feiqiu_etl.db.embedded import create_database, temporary_server
-from feiqiu_etl.flowcli import plan_run, prepare_inputs
+from feiqiu_etl.runner.launch import plan_run, prepare_inputs
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.plan import RunOptions, build_plan
-from feiqiu_etl.runner import FlowRunner, RunnerWiring
+from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
 ANCHOR = datetime(2024, 3, 4)
@@ -81,7 +81,7 @@ def main() -> None:
         with psycopg.connect(dsn) as conn:
             plan = plan_run(inputs, conn, now=ANCHOR)
         catalog = catalog_estimate(inputs, ANCHOR)
-        runner = FlowRunner(plan, dsn, cancel_token=CancellationToken(), wiring=RunnerWiring(heartbeat=0.5))
+        runner = FlowRunner(plan, dsn, cancellation=CancellationToken(), wiring=RunnerWiring(heartbeat=0.5))
         samples: list[tuple[float, float]] = []  # (elapsed, predicted end)
         done = threading.Event()
 

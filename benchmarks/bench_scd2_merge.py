@@ -43,7 +43,7 @@ from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.tasks.dwd import ensure_dwd_tables, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.casts import Fragment, cast_sql
-from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
 from feiqiu_etl.tasks.dwd.schema import OPEN_END
 from feiqiu_etl.tasks.dwd.staging import change_hash_sql

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from feiqiu_etl.connector import load_connector
-from feiqiu_etl.flowcli import execute_in_process
+from feiqiu_etl.runner.launch import execute_in_process
 from feiqiu_etl.plan import RunOptions
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig

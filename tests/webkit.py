@@ -145,7 +145,7 @@ def seed_run(conn, run_id: str, *, status: str = "SUCCESS", started_at=None, sec
     ``started_at`` (default: now - seconds); ``status`` RUNNING leaves it running (this process's pid)."""
     from datetime import datetime, timedelta, timezone
 
-    from feiqiu_etl.runs import registry
+    from feiqiu_etl import registry
 
     started_at = started_at or datetime.now(timezone.utc) - timedelta(seconds=seconds)
     registry.start_run(conn, registry.Invocation(run_id, "run", {"token": "***"}), config={}, lanes=["default"],

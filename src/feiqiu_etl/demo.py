@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from feiqiu_etl.connector.windows import fmt
-from feiqiu_etl.flowcli import execute_flow
+from feiqiu_etl.runner.launch import execute_flow
 from feiqiu_etl.plan import RunOptions
 
 DEMO_SETTINGS = {

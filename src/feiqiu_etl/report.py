@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
+from feiqiu_etl.formats import duration
 from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
 
@@ -42,32 +43,18 @@ class SafeConsole(Console):
         return super().render_str(escape(text), **kwargs)
 
 
-def _console() -> Console:
+def stdout_console() -> Console:
     """stdout console (:class:`SafeConsole`); when piped, wide enough that nothing is cut."""
     probe = SafeConsole()
     return probe if probe.is_terminal else SafeConsole(width=200)
 
 
-def _compact() -> Table:
+def compact_table() -> Table:
     return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0))
 
 
 def _status(status: str | None) -> Text:
     return Text(status or "-", style=STATUS_STYLE.get(status or "", ""))
-
-
-def duration(seconds: float | None) -> str:
-    """``42 s``, ``3m05s``, ``2h04m`` (None → ``-``)."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-    minutes, sec = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 # ----------------------------------------------------------------------------------------------- run summary
@@ -92,7 +79,7 @@ def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ..
     probe = SafeConsole(width=1000, file=io.StringIO())
     for drop in (None, *drops):
         columns = [c for c in columns if c != drop]
-        table = _compact()
+        table = compact_table()
         for col in columns:
             table.add_column(col, no_wrap=True, justify="left" if col in left else "right")
         for row in rows:
@@ -148,7 +135,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     """Per-task counts (80 columns: rows = list/detail records fetched; new/chg/same/del = inserted/updated/
     unchanged/soft-deleted; rl = rate-limited answers), stores and lanes that stopped, the first errors of
     each task with "(N more)", and the DWD table."""
-    console = console or _console()
+    console = console or stdout_console()
     data = escape_tree(data)
     tasks = data.get("tasks", [])
     line = Text.assemble(f"run {data['run_id']}: ", _status(data["status"]))
@@ -199,7 +186,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     dwd = data.get("dwd")
     if dwd:
         console.print(Text.assemble("DWD: ", _status(dwd.get("status"))))
-        d = _compact()
+        d = compact_table()
         d.add_column("table", no_wrap=True)
         for col in ("kind", "inserted", "updated", "closed", "s"):
             d.add_column(col, justify="right", no_wrap=True)
@@ -214,9 +201,9 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
 
 
 def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:
-    console = console or _console()
+    console = console or stdout_console()
     columns, rows = escape_tree(list(columns)), escape_tree(rows)
-    table = _compact()
+    table = compact_table()
     for col in columns:
         table.add_column(col, overflow="fold")
     console.print(f"{len(rows)} row(s)")
@@ -226,10 +213,10 @@ def render_rows(columns: list[str], rows: list[tuple], console: Console | None =
 
 
 def render_tasks(connector: str, rows: list[dict], console: Console | None = None) -> None:
-    console = console or _console()
+    console = console or stdout_console()
     rows = escape_tree(rows)
     console.print(f"connector {connector}: {len(rows)} tasks")
-    table = _compact()
+    table = compact_table()
     table.add_column("task", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     for col in ("endpoint", "table", "detail table"):
@@ -407,7 +394,7 @@ def progress_lines(runner, emit: Callable[[str], None], heartbeat: float = 30.0)
 # ----------------------------------------------------------------------------------------------- plan, history
 def render_plan(plan: dict, console: Console | None = None) -> None:
     """The plan: per lane its stores and tasks with windows and estimates."""
-    console = console or _console()
+    console = console or stdout_console()
     plan = escape_tree(plan)
     e = plan["estimate"]
     console.print(f"plan: connector {plan['connector']}, {'incremental' if plan['incremental'] else 'explicit window'}"
@@ -422,7 +409,7 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
         if any(names.values()):
             console.print("  stores: " + ", ".join(f"{sites.get(k, k)} {v}" for k, v in names.items() if v),
                           overflow="fold")
-        t = _compact()
+        t = compact_table()
         for col in ("store", "task", "kind", "windows", "gap s", "req", "basis"):
             t.add_column(col, no_wrap=col != "windows", overflow="fold")
         for task in lane["tasks"]:
@@ -442,7 +429,7 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
 def render_runs(rows: list[dict], console: Console | None = None) -> None:
     """Runs newest first. Fitted to the terminal: run ids and statuses are never cut; ``rej``, ``err``,
     ``tasks`` and ``stores`` go first when the table is too wide (``--json`` and a pipe have them all)."""
-    console = console or _console()
+    console = console or stdout_console()
     rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
 
@@ -481,7 +468,7 @@ def _n(value: Any) -> str:
 
 def render_show(run: dict, console: Console | None = None) -> None:
     """Everything about one run: the record, per lane/store/task results, every error, and its stored log."""
-    console = console or _console()
+    console = console or stdout_console()
     run = escape_tree(run)
     console.print(Text.assemble(f"run {run['run_id']}: ", _status(run["status"]),
                                 f"  exit {run['exit_code'] if run.get('exit_code') is not None else '-'}"))
@@ -534,7 +521,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
 
 
 def render_status(runs: list[dict], console: Console | None = None) -> None:
-    console = console or _console()
+    console = console or stdout_console()
     runs = escape_tree(runs)
     if not runs:
         console.print("no run is in progress")
@@ -549,9 +536,9 @@ def render_status(runs: list[dict], console: Console | None = None) -> None:
 
 
 def render_details(rows: list[dict], console: Console | None = None) -> None:
-    console = console or _console()
+    console = console or stdout_console()
     rows = escape_tree(rows)
-    t = _compact()
+    t = compact_table()
     for col in ("task", "site", "parent", "attempts", "last error", "since"):
         t.add_column(col, overflow="fold", no_wrap=col not in ("last error",))
     for r in rows:

@@ -9,7 +9,7 @@
   ``run --json`` and of the run record's ``summary``).
 
 Building a snapshot is a read: it changes nothing, so any number of readers (the progress display, the
-heartbeat of :mod:`feiqiu_etl.runs.control`, ``status``, the web page, tests) see the same figures. A rate
+heartbeat of :mod:`feiqiu_etl.registry.control`, ``status``, the web page, tests) see the same figures. A rate
 (rows/s) comes from samples the owner records on its own clock (:class:`RateMeter`), never from the reads.
 
 The same types are the JSON that leaves the process: :meth:`~_Json.to_dict` is what the registry stores as

@@ -16,7 +16,7 @@ import pytest
 from clikit import PY, cli, cli_json, wait_for
 from feiqiu_etl.db.connection import connect
 from feiqiu_etl.db.schema import ensure_schemas
-from feiqiu_etl.runs import registry
+from feiqiu_etl import registry
 from webkit import seed_run
 
 

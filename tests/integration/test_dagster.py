@@ -326,7 +326,7 @@ def test_terminating_a_dagster_run_cancels_the_feiqiu_run_gracefully(pg_dsn, tmp
 
 @pytest.mark.timeout(300)
 def test_a_worker_killed_mid_lane_frees_the_lock_at_once_and_its_pool_slot_once_reported(pg_dsn, tmp_path):
-    from feiqiu_etl.runs.lane_guard import lock_key
+    from feiqiu_etl.registry.lane_guard import lock_key
 
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)

@@ -88,7 +88,7 @@ def test_cancel_during_dwd_stops_starting_tables(pg_dsn):
     from unittest import mock
 
     from feiqiu_etl.pipeline import CancellationToken
-    from feiqiu_etl.runner import FlowRunner
+    from feiqiu_etl.runner.flow_runner import FlowRunner
     from flowkit import options, run_opts
 
     with Simulator(sim_config(seed=10)) as sim:

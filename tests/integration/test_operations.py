@@ -207,7 +207,7 @@ def test_sql_prints_jsonb_as_json_on_a_fresh_home(fresh_home):
 
 def test_a_bare_notification_does_not_cancel_a_run(pg_dsn):
     # any role that can connect can NOTIFY (the read-only `sql` role too); only a recorded request cancels
-    from feiqiu_etl.runs.registry import CANCEL_CHANNEL
+    from feiqiu_etl.registry import CANCEL_CHANNEL
 
     with Simulator(sim_config(seed=29)) as sim:
         proc = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.1, 0.12)), env_for(sim.config.token))
@@ -222,7 +222,7 @@ def test_a_bare_notification_does_not_cancel_a_run(pg_dsn):
 
 def test_a_lane_held_by_a_session_that_is_no_run_is_named_as_such(pg_dsn):
     from feiqiu_etl.plan.model import Secret
-    from feiqiu_etl.runs.lane_guard import lock_key
+    from feiqiu_etl.registry.lane_guard import lock_key
 
     with Simulator(sim_config(seed=31)) as sim:
         env = env_for(sim.config.token)

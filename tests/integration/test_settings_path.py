@@ -27,7 +27,7 @@ from flowkit import ANCHOR, sim_config
 
 SOURCE = str(Path(feiqiu_etl.__file__).parent)
 RATE_MIN, RATE_MAX, BATCH = "0.0123", "0.0234", "777"
-READERS = {"builder.estimate"}  # the plan's request estimate reads the gap; it is not on the way to the lane
+READERS = {"estimates.plan_estimate"}  # the plan's request estimate reads the gap; it is not on the way to the lane
 
 
 class Tracer:
@@ -109,7 +109,7 @@ def test_the_gap_flag_reaches_the_lane_in_six_calls_changing_form_once(traced_ru
     for flag in (RATE_MIN, RATE_MAX):
         hops = traced_run[flag]
         path = _path(hops)
-        assert path[:6] == ["cli._collect_flag", "settings.load_settings", "settings.read_layer",
+        assert path[:6] == ["options._collect_flag", "settings.load_settings", "settings.read_layer",
                             "unified_pipeline.UnifiedPipeline.__init__", "rate_limiter.RateLimiter.__init__",
                             "request_scheduler.RequestScheduler.send"], hops
         forms = [form for _, form in hops]
@@ -120,7 +120,7 @@ def test_the_gap_flag_reaches_the_lane_in_six_calls_changing_form_once(traced_ru
 
 def test_the_batch_size_flag_reaches_the_writer_in_five_calls_changing_form_once(traced_run):
     hops = traced_run[BATCH]
-    assert _path(hops) == ["cli._collect_flag", "settings.load_settings", "settings.read_layer",
+    assert _path(hops) == ["options._collect_flag", "settings.load_settings", "settings.read_layer",
                            "unified_pipeline.UnifiedPipeline.__init__", "write_worker.WriteWorker.__init__"], hops
     forms = [form for _, form in hops]
     assert forms == sorted(forms, key=["text", "typed"].index)

@@ -63,7 +63,7 @@ def test_secrets_in_the_api_base_are_masked_wherever_it_is_kept_or_shown(pg_dsn,
 def test_a_record_written_before_the_fix_is_shown_masked(pg_dsn):
     """Older versions kept ``?token=…`` in the record: ``show`` and the web API mask it when they read it."""
     from feiqiu_etl.db.schema import ensure_schemas
-    from feiqiu_etl.runs import registry
+    from feiqiu_etl import registry
 
     with psycopg.connect(pg_dsn) as conn:
         ensure_schemas(conn)

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from feiqiu_etl.db.connection import connect
 from feiqiu_etl.db.schema import ensure_schemas
-from feiqiu_etl.runs import registry
+from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.web import WebSettings, create_app
 from webkit import attempt, seed_run

@@ -428,7 +428,7 @@ def run_engine(
 ):
     """Run ``UnifiedPipeline`` ("unified") or ``SerialReference`` ("serial") over ``upstream``."""
     lane = RequestScheduler(upstream.clock)
-    pipe = ENGINES[engine](upstream.transport, config, lane=lane, cancel_token=token, logger=QUIET)
+    pipe = ENGINES[engine](upstream.transport, config, scheduler=lane, cancellation=token, logger=QUIET)
     seeds = upstream.requests() if requests is None else requests
     return call_with_deadline(
         lambda: pipe.run(seeds, upstream.process, upstream.write, on_scope_complete=on_scope)

@@ -23,8 +23,8 @@ T = "tests/properties/"
 
 # property, file, exact line fragment, replacement, test node id
 SABOTAGES = [
-    ("P1a", P + "request_scheduler.py", "            remaining = due - now",
-     "            remaining = 0.0  # sabotage: no gap",
+    ("P1a", P + "request_scheduler.py", "        remaining = due.at - now",
+     "        remaining = 0.0  # sabotage: no gap",
      T + "test_pipeline_properties.py::test_p1_requests_strictly_serial_each_sent_once_and_run_ends_after_last_write"),
     ("P1b", P + "unified_pipeline.py", "            for follow in result.follow_ups:",
      "            for follow in result.follow_ups[1:]:  # sabotage: a write follow-up is lost",
@@ -51,7 +51,7 @@ SABOTAGES = [
      "            self._timer = None; self._event.clear()  # sabotage: dispose un-cancels",
      T + "test_cancellation_properties.py"),
     ("P8", P + "unified_pipeline.py", "                self._process(item)",
-     "                self._process(item) if not self.token.is_cancelled "
+     "                self._process(item) if not self.cancellation.is_cancelled "
      "else self._finish_item(item.request.scope, failed=True)  # sabotage",
      T + "test_pipeline_properties.py::test_p8_cancel_sends_nothing_more_and_writes_everything_fetched"),
     ("P9", P + "work_tracker.py", "if has_source and self._tracker._outstanding <= 1:",

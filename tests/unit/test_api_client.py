@@ -38,7 +38,7 @@ def client_for(responses, attempts=3, base=1.0):
 def fetch(client, clock=None, limiter=None):
     clock = clock or FakeClock()
     lane = RequestScheduler(clock)
-    limiter = limiter or RateLimiter(0, 0, clock=clock)
+    limiter = limiter or RateLimiter(0, 0)
     req = PipelineRequest("/api/x/list", {"siteId": 1, "page": 1})
     return client.fetch(req, lambda fn, min_wait=0.0: lane.send(fn, limiter, None, min_wait=min_wait)), clock
 

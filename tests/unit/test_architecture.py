@@ -1,5 +1,6 @@
 """The house rules of the layout, checked on the source: the engine knows nothing of Feiqiu, ODS, SQL or
-HTTP; nothing below the connector imports the loaders; a run builds its FlowRunner once."""
+HTTP; nothing below the connector imports the loaders; the import graph has no circle and no arrow the wrong
+way; no module reaches for another's private names; a run builds its FlowRunner once."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _imports(package: str) -> dict[str, set[str]]:
 
 def test_nothing_below_the_connector_imports_the_loaders_or_the_runner():
     offenders = {f: sorted(n for n in names if n.startswith(("feiqiu_etl.tasks", "feiqiu_etl.runner",
-                                                                "feiqiu_etl.plan", "feiqiu_etl.runs")))
+                                                                "feiqiu_etl.plan", "feiqiu_etl.registry")))
                  for package in BELOW_THE_CONNECTOR for f, names in _imports(package).items()}
     assert {f: n for f, n in offenders.items() if n} == {}
 
@@ -148,3 +149,202 @@ def test_one_line_error_text_has_one_helper():
         if "def _one_line" in text or ".join(str(exc).split())" in text or ".join(str(error).split())" in text:
             offenders.append(rel)
     assert offenders == []
+
+
+# ------------------------------------------------------------------------------------------------ import graph
+# The graph of src/feiqiu_etl: one node per module (a package's __init__.py is the package's node), one edge per
+# ``import``/``from … import`` of another module of the package, read from the AST. Imports inside functions
+# count as much as top-level ones: a lazy import is still a dependency, it only runs later (lazy imports keep
+# the CLI's start fast; they do not excuse a circle). Not counted: imports under ``if TYPE_CHECKING:`` (they
+# never run: annotations only) and the implicit import of a parent package when a submodule is imported (Python
+# initialises ``a`` before ``a.b``; a package's __init__ that imported its own submodules back would show up
+# as an explicit edge).
+WRONG_WAY = {  # (importer prefix, imported prefix): why not
+    ("feiqiu_etl.tasks", "feiqiu_etl.plan"): "the plan is built above the tasks: a task names what it needs "
+                                             "(tasks.ods.task.PlannedTask)",
+    ("feiqiu_etl.plan", "feiqiu_etl.tasks"): "the plan reads connector data (connector.dwd_mapping), not loaders",
+    ("feiqiu_etl.web", "feiqiu_etl.report"): "the terminal's renderers; shared formatting is in feiqiu_etl.formats",
+    ("feiqiu_etl.web", "feiqiu_etl.cli"): "the command line is above everything",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:``."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def _imports_of(module: str, is_package: bool, source: str, known: set[str]) -> list[tuple[str, int, str]]:
+    """``(imported module, line, imported name or "")`` for every import of a module in ``known``."""
+    tree = ast.parse(source)
+    skip = _type_checking_only(tree)
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            pairs = [(a.name, "") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[:len(package) - node.level + 1]
+                base = ".".join(package + ([node.module] if node.module else []))
+            pairs = [(f"{base}.{a.name}", "") if f"{base}.{a.name}" in known else (base, a.name) for a in node.names]
+        else:
+            continue
+        for target, name in pairs:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                out.append((target, node.lineno, name))
+    return out
+
+
+def _graph(sources: dict[str, tuple[bool, str]]) -> dict[str, list[tuple[str, int, str]]]:
+    """``{module: [(imported module, line, name), …]}`` for ``{module: (is_package, source)}``."""
+    known = set(sources)
+    return {m: _imports_of(m, is_package, text, known) for m, (is_package, text) in sources.items()}
+
+
+def _sources() -> dict[str, tuple[bool, str]]:
+    return {_module_name(p): (p.name == "__init__.py", p.read_text(encoding="utf-8")) for p in ROOT.rglob("*.py")}
+
+
+def _circles(graph: dict[str, list[tuple[str, int, str]]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    edges = {m: sorted({t for t, _, _ in imports}) for m, imports in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def _wrong_way(graph: dict[str, list[tuple[str, int, str]]]) -> list[str]:
+    return sorted({f"{m}:{line} imports {t}: {why}" for m, imports in graph.items() for t, line, _ in imports
+                   for (a, b), why in WRONG_WAY.items()
+                   if (m == a or m.startswith(a + ".")) and (t == b or t.startswith(b + "."))})
+
+
+def _private_reaches(graph: dict[str, list[tuple[str, int, str]]],
+                     sources: dict[str, tuple[bool, str]]) -> list[str]:
+    """``from x import _name`` of another module, and ``x._name`` on a module imported as ``x``."""
+    out = [f"{m}:{line} imports {t}.{name}" for m, imports in graph.items() for t, line, name in imports
+           if name.startswith("_") and not name.startswith("__")]
+    known = set(sources)
+    for m, (_, text) in sources.items():
+        tree = ast.parse(text)
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                aliases.update(a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in known)
+            elif isinstance(node, ast.Import):
+                aliases.update(a.asname for a in node.names if a.asname and a.name in known)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                    and node.attr.startswith("_") and not node.attr.startswith("__"):
+                out.append(f"{m}:{node.lineno} reads {node.value.id}.{node.attr}")
+    return sorted(out)
+
+
+def test_the_import_graph_has_no_circle():
+    assert _circles(_graph(_sources())) == []
+
+
+def test_no_import_goes_the_wrong_way():
+    assert _wrong_way(_graph(_sources())) == []
+
+
+def test_no_module_reaches_for_another_modules_private_names():
+    sources = _sources()
+    assert _private_reaches(_graph(sources), sources) == []
+
+
+def _shadowed_submodules(package: str, package_source: str, submodules: set[str]) -> set[str]:
+    """Names the ``__init__`` of ``package`` binds (function, class, assignment, import) that are also the names
+    of its submodules — importing the submodule would replace the package's attribute — except the submodules
+    themselves (``from <package> import sub``, ``from . import sub``)."""
+    names = set()
+    for node in ast.parse(package_source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            itself = node.module == package or (node.level == 1 and node.module is None)
+            names.update(a.asname or a.name for a in node.names if not (itself and a.asname in (None, a.name)))
+    return names & submodules
+
+
+def test_no_package_attribute_is_shadowed_by_a_submodule():
+    """``registry.freshness`` was a function of the package and the name of its submodule ``freshness.py``: once
+    the submodule was imported, ``registry.freshness(...)`` called a module."""
+    offenders = {}
+    for init in ROOT.rglob("__init__.py"):
+        folder = init.parent
+        submodules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | \
+                     {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        clash = _shadowed_submodules(_module_name(init), init.read_text(encoding="utf-8"), submodules)
+        if clash:
+            offenders[str(init.relative_to(ROOT))] = sorted(clash)
+    assert offenders == {}
+    assert _shadowed_submodules("feiqiu_etl.registry",
+                                "def freshness(): pass\nfrom feiqiu_etl.x import y as lane_guard\n"
+                                "from feiqiu_etl.registry import control\nfrom . import runs\n",
+                                {"freshness", "lane_guard", "control", "runs"}) == {"freshness", "lane_guard"}
+
+
+def test_the_import_graph_checks_see_what_they_must():
+    sources = {
+        "feiqiu_etl.a": (False, "from feiqiu_etl import b\n"),
+        "feiqiu_etl": (True, ""),
+        "feiqiu_etl.b": (False, "def f():\n    from feiqiu_etl.c import thing\n"),  # a function-level import
+        "feiqiu_etl.c": (False, "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from feiqiu_etl import b\n"
+                                "from . import a\n"),  # relative: a circle a → b → c → a
+        "feiqiu_etl.d": (False, "from feiqiu_etl import c\nfrom feiqiu_etl.c import _hidden\nc._peek()\n"),
+        "feiqiu_etl.tasks.x": (False, "import feiqiu_etl.plan.model\n"),
+        "feiqiu_etl.plan.model": (False, "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                         "    from feiqiu_etl.tasks import x\n"),  # annotations only: no edge
+        "feiqiu_etl.web.y": (False, "from feiqiu_etl.report import duration\n"),
+        "feiqiu_etl.report": (False, ""),
+    }
+    graph = _graph(sources)
+    assert _circles(graph) == [["feiqiu_etl.a", "feiqiu_etl.b", "feiqiu_etl.c"]]
+    assert [line.split(" imports ")[0] for line in _wrong_way(graph)] == ["feiqiu_etl.tasks.x:1", "feiqiu_etl.web.y:1"]
+    assert _private_reaches(graph, sources) == ["feiqiu_etl.d:2 imports feiqiu_etl.c._hidden",
+                                                "feiqiu_etl.d:3 reads c._peek"]

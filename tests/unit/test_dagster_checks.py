@@ -14,7 +14,7 @@ from feiqiu_etl.connector.windows import to_aware
 from feiqiu_etl.dagster.checks import (CheckVerdict, PlannedTask, completeness_verdict, fresh_check_name,
                                        freshness_verdicts, uncovered)
 from feiqiu_etl.dagster.instance import InstanceSettings, instance_config, instance_yaml, storage_url
-from feiqiu_etl.runs.freshness import Schedule, judge
+from feiqiu_etl.registry.freshness import Schedule, judge
 
 T0 = datetime(2024, 3, 1)
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from feiqiu_etl.tasks.dwd.casts import cast_sql
-from feiqiu_etl.tasks.dwd.mapping import DwdColumn, DwdMappingError, WhenSpec, load_dwd_mapping
+from feiqiu_etl.connector.dwd_mapping import DwdColumn, DwdMappingError, WhenSpec, load_dwd_mapping
 
 DIMS = ["dim_member", "dim_member_card", "dim_table", "dim_table_area", "dim_goods", "dim_goods_category",
         "dim_assistant", "dim_group_package"]

@@ -34,7 +34,7 @@ def _timed(clock, log, duration=0.1, error=None):
 def test_a_throttled_answer_raises_the_floor_of_its_class_for_the_rest_of_the_lane():
     clock = FakeClock()
     lane = RequestScheduler(clock)
-    fast = RateLimiter(0.5, 0.5, clock=clock)
+    fast = RateLimiter(0.5, 0.5)
     log: list = []
     lane.send(_timed(clock, log), fast, gap_class="standard")
     with pytest.raises(Throttled):  # sent 0.5 s after the previous end; the upstream demands 3 s more
@@ -56,8 +56,8 @@ def test_a_wait_demanded_on_the_last_attempt_binds_the_next_request_whatever_its
     lane = RequestScheduler(clock)
     log: list = []
     with pytest.raises(Throttled):
-        lane.send(_timed(clock, log, error=Throttled(5, kind="hold")), RateLimiter(0, 0, clock=clock))
-    lane.send(_timed(clock, log), RateLimiter(0, 0, clock=clock), gap_class="other")  # another task, no gap
+        lane.send(_timed(clock, log, error=Throttled(5, kind="hold")), RateLimiter(0, 0))
+    lane.send(_timed(clock, log), RateLimiter(0, 0), gap_class="other")  # another task, no gap
     assert log[1][0] - log[0][1] == pytest.approx(5.0)
     assert lane.statistics().floors == {}  # a plain hold teaches no floor
 
@@ -67,10 +67,10 @@ def test_a_ban_holds_the_lane_and_is_counted_in_seconds():
     lane = RequestScheduler(clock)
     log: list = []
     with pytest.raises(Throttled):
-        lane.send(_timed(clock, log, error=Throttled(287, kind="banned")), RateLimiter(1, 1, clock=clock))
+        lane.send(_timed(clock, log, error=Throttled(287, kind="banned")), RateLimiter(1, 1))
     s = lane.statistics()
     assert (s.banned, s.banned_seconds) == (1, 287)
-    lane.send(_timed(clock, log), RateLimiter(1, 1, clock=clock))
+    lane.send(_timed(clock, log), RateLimiter(1, 1))
     assert log[1][0] - log[0][1] == pytest.approx(287)
 
 
@@ -98,7 +98,7 @@ def test_tenants_take_turns_on_the_lane():
 def test_the_breaker_trips_after_consecutive_transport_failures_and_stops_every_tenant():
     clock = FakeClock()
     lane = RequestScheduler(clock, max_transport_failures=3)
-    limiter = RateLimiter(0, 0, clock=clock)
+    limiter = RateLimiter(0, 0)
     for _ in range(2):
         with pytest.raises(Refused):
             lane.send(_raiser(Refused("refused")), limiter)
@@ -135,7 +135,7 @@ def test_attempt_records_carry_gap_reason_and_outcome():
     clock = FakeClock()
     records = []
     lane = RequestScheduler(clock, observer=records.append)
-    limiter = RateLimiter(2, 2, clock=clock)
+    limiter = RateLimiter(2, 2)
     lane.send(_timed(clock, []), limiter, label="/a page 1", tenant=7, gap_class="standard")
     with pytest.raises(Throttled):
         lane.send(_timed(clock, [], error=Throttled(4)), limiter, label="/a page 2", tenant=7, gap_class="standard")
@@ -148,7 +148,7 @@ def test_attempt_records_carry_gap_reason_and_outcome():
 def test_a_rejection_of_a_request_that_honoured_the_floor_does_not_ratchet_it_up():
     clock = FakeClock()
     lane = RequestScheduler(clock)
-    fast = RateLimiter(0.1, 0.1, clock=clock)
+    fast = RateLimiter(0.1, 0.1)
     lane.send(_timed(clock, []), fast, gap_class="standard")
     with pytest.raises(Throttled):
         lane.send(_timed(clock, [], error=Throttled(3)), fast, gap_class="standard")

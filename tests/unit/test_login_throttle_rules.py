@@ -3,8 +3,7 @@ and a lockout (issue 21, finding 6). A fake clock: no waiting."""
 
 from __future__ import annotations
 
-import feiqiu_etl.cli  # noqa: F401 - registers the commands (commands.web imports the CLI)
-from feiqiu_etl.commands.web import MIN_TOKEN_LENGTH
+from feiqiu_etl.cli.web import MIN_TOKEN_LENGTH
 from feiqiu_etl.web.security import MIN_TOKEN_CHARACTERS, LoginThrottle, Security, ThrottleRules, token_problem
 
 

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from feiqiu_etl.connector.model import ConnectorError, load_connector
 from feiqiu_etl.connector.windows import Window
+from feiqiu_etl.estimates import Estimate, ListProgress, live_estimate, pages_for, plan_estimate
 from feiqiu_etl.plan import PlanHistory, RunOptions, TaskHistory, build_plan, prepare
-from feiqiu_etl.plan.estimates import ListProgress, live_estimate, pages_for, plan_estimate
-from feiqiu_etl.plan.model import Estimate
 
 CONNECTOR = load_connector()
 SITE = 8640015201004417

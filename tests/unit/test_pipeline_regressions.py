@@ -34,7 +34,7 @@ def echo_transport(clock: FakeClock, sent: list | None = None):
 def test_next_seed_starts_only_after_the_previous_seed_tree_is_written():
     clock, sent = FakeClock(), []
     cfg = PipelineConfig(workers=1, queue_size=1, batch_size=1, **NO_GAP)
-    pipe = UnifiedPipeline(echo_transport(clock, sent), cfg, lane=RequestScheduler(clock))
+    pipe = UnifiedPipeline(echo_transport(clock, sent), cfg, scheduler=RequestScheduler(clock))
 
     def process(item):
         seg, page = item.payload["seg"], item.payload["page"]
@@ -62,7 +62,7 @@ def test_segment_is_complete_only_after_its_detail_rows_are_written():
 
     for _ in range(20):
         log.clear()
-        pipe = UnifiedPipeline(echo_transport(clock), cfg, lane=RequestScheduler(clock))
+        pipe = UnifiedPipeline(echo_transport(clock), cfg, scheduler=RequestScheduler(clock))
         pipe.run([PipelineRequest("list", {"seg": s}, scope=("seg", s)) for s in range(3)], process, write,
                  on_scope_complete=lambda scope, ok: log.append(("done", scope)))
         for s in range(3):
@@ -74,7 +74,7 @@ def test_rows_reach_the_writer_in_response_order_even_when_workers_finish_out_of
     clock, written = FakeClock(), []
     second_done = threading.Event()
     cfg = PipelineConfig(workers=2, queue_size=4, batch_size=1, **NO_GAP)
-    pipe = UnifiedPipeline(echo_transport(clock), cfg, lane=RequestScheduler(clock))
+    pipe = UnifiedPipeline(echo_transport(clock), cfg, scheduler=RequestScheduler(clock))
 
     def process(item):
         name = item.payload["name"]
@@ -97,7 +97,7 @@ def test_detail_requests_dropped_on_cancel_count_as_skipped():
     clock = FakeClock()
     token = CancellationToken()
     cfg = PipelineConfig(workers=1, **NO_GAP)
-    pipe = UnifiedPipeline(echo_transport(clock), cfg, lane=RequestScheduler(clock), cancel_token=token)
+    pipe = UnifiedPipeline(echo_transport(clock), cfg, scheduler=RequestScheduler(clock), cancellation=token)
 
     def process(item):
         token.cancel()

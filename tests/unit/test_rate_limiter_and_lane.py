@@ -5,6 +5,19 @@ import pytest
 
 from feiqiu_etl.pipeline import Cancelled, FakeClock, RateLimiter, RequestScheduler
 from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK
+
+
+def _sent_after_gap(limiter: RateLimiter, cancel_event: threading.Event | None = None, clock=SYSTEM_CLOCK) -> bool:
+    """One gap of ``limiter`` as the lane waits it (``RequestScheduler.send``): right after an answer, the next
+    request goes out after the drawn gap. True when it was sent, False when cancelled before or during the gap."""
+    lane = RequestScheduler(clock)
+    lane.send(lambda: None, RateLimiter(0, 0))  # the first request of a lane is not delayed
+    try:
+        lane.send(lambda: None, limiter, cancel_event)
+    except Cancelled:
+        return False
+    return True
 
 
 def test_wait_returns_within_50_ms_of_a_cancel_real_clock():
@@ -17,24 +30,24 @@ def test_wait_returns_within_50_ms_of_a_cancel_real_clock():
         token.cancel()
 
     threading.Timer(0.05, cancel).start()
-    assert limiter.wait(token.event) is False
+    assert _sent_after_gap(limiter, token.event) is False
     assert time.monotonic() - cancelled_at[0] < 0.05
 
 
 def test_bounds_and_validation():
     clock = FakeClock()
-    assert RateLimiter(2.0, 2.0, clock=clock).wait() is True and clock.waits == [2.0]
+    assert _sent_after_gap(RateLimiter(2.0, 2.0), clock=clock) is True and clock.waits == [2.0]
     with pytest.raises(ValueError):
         RateLimiter(3.0, 2.0)
     pre = CancellationToken()
     pre.cancel()
-    assert RateLimiter(1, 2, clock=clock).wait(pre.event) is False
+    assert _sent_after_gap(RateLimiter(1, 2), pre.event, clock) is False
 
 
 def test_lane_gap_follows_the_next_request_and_spans_task_boundaries():
     clock = FakeClock()
     lane = RequestScheduler(clock)
-    standard, groupbuy = RateLimiter(3, 3, clock=clock), RateLimiter(8, 8, clock=clock)
+    standard, groupbuy = RateLimiter(3, 3), RateLimiter(8, 8)
     ends = []
 
     def call(duration):
@@ -67,7 +80,7 @@ def test_cancel_during_lane_wait_raises_and_sends_nothing():
 def test_a_timed_out_request_holds_the_lane_for_the_next_request_of_any_task():
     clock = FakeClock()
     lane = RequestScheduler(clock)
-    limiter = RateLimiter(1, 1, clock=clock)
+    limiter = RateLimiter(1, 1)
 
     class Timeout(Exception):
         hold_lane_seconds = 60.0
@@ -80,7 +93,7 @@ def test_a_timed_out_request_holds_the_lane_for_the_next_request_of_any_task():
         lane.send(timed_out, limiter)
     ended = clock.monotonic()
     starts = []
-    lane.send(lambda: starts.append(clock.monotonic()), RateLimiter(0, 0, clock=clock))  # another task, no gap
+    lane.send(lambda: starts.append(clock.monotonic()), RateLimiter(0, 0))  # another task, no gap
     lane.send(lambda: starts.append(clock.monotonic()), limiter)
     assert starts[0] - ended >= 60.0  # held, although that task's own gap is 0
     assert starts[1] - starts[0] == 1.0  # the hold applies once

@@ -21,7 +21,7 @@ def make(cfg: PipelineConfig, fail=(), token=None):
             return req.params
         return send(call)
 
-    return sent, SerialReference(transport, cfg, lane=RequestScheduler(clock), cancel_token=token)
+    return sent, SerialReference(transport, cfg, scheduler=RequestScheduler(clock), cancellation=token)
 
 
 def test_follow_ups_run_fifo_before_the_next_seed_and_rows_are_written_per_response():

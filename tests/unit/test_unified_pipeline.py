@@ -45,7 +45,7 @@ class Recorder:
 def make(clock, cfg=FAST, token=None):
     lane = RequestScheduler(clock)
     rec = Recorder(clock)
-    return rec, UnifiedPipeline(rec.transport, cfg, lane=lane, cancel_token=token)
+    return rec, UnifiedPipeline(rec.transport, cfg, scheduler=lane, cancellation=token)
 
 
 def test_pages_and_details_terminate_exactly_and_write_everything():
@@ -108,7 +108,7 @@ def test_consecutive_failures_abort_with_failed():
         return send(lambda: (_ for _ in ()).throw(RuntimeError("down")))
 
     cfg = PipelineConfig(workers=1, rate_min=0, rate_max=0, max_consecutive_failures=3)
-    pipe = UnifiedPipeline(transport, cfg, lane=lane)
+    pipe = UnifiedPipeline(transport, cfg, scheduler=lane)
     seeds = [PipelineRequest("x", {"i": i}) for i in range(10)]
     result = pipe.run(seeds, lambda item: [], lambda rows: WriteResult())
     assert result.status == "FAILED"
@@ -125,7 +125,7 @@ def test_abort_pipeline_exception_fails_fast():
             raise AbortPipeline("40101 token invalid")
         return send(call)
 
-    pipe = UnifiedPipeline(transport, PipelineConfig(rate_min=0, rate_max=0), lane=lane)
+    pipe = UnifiedPipeline(transport, PipelineConfig(rate_min=0, rate_max=0), scheduler=lane)
     result = pipe.run([PipelineRequest("x", {"i": i}) for i in range(5)], lambda i: [], lambda r: WriteResult())
     assert result.status == "FAILED" and result.total_requests == 1
 

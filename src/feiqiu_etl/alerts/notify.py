@@ -78,7 +78,7 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
     cfg = config if config is not None else (active() if ids else None)
     if cfg is None:
         return
-    from feiqiu_etl.runs import registry
+    from feiqiu_etl import registry
 
     for run_id in ids:
         try:
@@ -91,6 +91,22 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
         except Exception as exc:  # noqa: BLE001 - a sweep never fails because of an alert
             log.warning("alerts: run %s found INTERRUPTED, but the alert failed: %s", run_id, one_line(exc, 200))
             _rollback(conn)
+
+
+def sweep_and_alert(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
+    """:func:`feiqiu_etl.registry.late.record_late` (the records kept because the database did not answer when
+    their run ended are written first), :func:`feiqiu_etl.registry.sweep_interrupted` (vanished runs →
+    ``INTERRUPTED``), then :func:`after_sweep` about the runs this sweep marked: once each, since only this sweep
+    marked them (its UPDATE is conditional). What every command that opens the database calls; returns the run
+    ids marked."""
+    from feiqiu_etl import registry
+    from feiqiu_etl.registry.late import record_late
+
+    record_late(conn)
+    marked = registry.sweep_interrupted(conn, stale_after)
+    if marked:
+        after_sweep(conn, marked)
+    return marked
 
 
 def after_freshness(conn: psycopg.Connection, connector: str, rows: list[dict], hours: float,
@@ -178,7 +194,7 @@ def _stale(conn: psycopg.Connection, summary: dict[str, Any], cfg: AlertConfig) 
     pairs = [(t["site_id"], t["task"]) for t in [*(summary.get("tasks") or []), *(summary.get("skipped_tasks") or [])]]
     if hours is None or not pairs:
         return []
-    from feiqiu_etl.runs.freshness import Schedule, freshness_rows
+    from feiqiu_etl.registry.freshness import Schedule, freshness_rows
 
     rows = freshness_rows(conn, summary["connector"], Schedule.of_pairs(pairs), hours * 3600.0)
     return rules.stale_findings(summary["connector"], rows, hours)

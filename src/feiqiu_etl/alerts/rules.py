@@ -123,7 +123,7 @@ def streak_findings(run_id: str, streaks: dict[int, int], rules: Any) -> list[Fi
 
 
 def stale_findings(connector: str, rows: Iterable[dict[str, Any]], hours: float) -> list[Finding]:
-    """``STALE`` for each stale freshness row (:func:`feiqiu_etl.runs.freshness.judge`)."""
+    """``STALE`` for each stale freshness row (:func:`feiqiu_etl.registry.freshness.judge`)."""
     out = []
     for r in rows:
         if not r.get("stale"):

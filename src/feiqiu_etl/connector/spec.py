@@ -139,10 +139,6 @@ class OdsTaskSpec:
         return self.detail.target_table if self.detail else None
 
     @property
-    def detail_id_column(self) -> str | None:
-        return self.detail.id_column if self.detail else None
-
-    @property
     def is_snapshot(self) -> bool:
         return self.kind == "snapshot"
 

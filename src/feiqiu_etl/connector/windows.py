@@ -85,20 +85,20 @@ def merge(windows: list[Window]) -> list[Window]:
 
 
 def subtract(target: Window, done: list[Window]) -> list[Window]:
-    """Parts of ``target`` not covered by ``done`` (the gaps to fetch)."""
-    gaps: list[Window] = []
+    """Parts of ``target`` not covered by ``done`` (the holes to fetch: docs/glossary.md)."""
+    holes: list[Window] = []
     cursor = target.start
     for w in merge(done):
         if w.end <= cursor or w.start >= target.end:
             continue
         if w.start > cursor:
-            gaps.append(Window(cursor, min(w.start, target.end)))
+            holes.append(Window(cursor, min(w.start, target.end)))
         cursor = max(cursor, w.end)
         if cursor >= target.end:
             break
     if cursor < target.end:
-        gaps.append(Window(cursor, target.end))
-    return gaps
+        holes.append(Window(cursor, target.end))
+    return holes
 
 
 def plan_incremental(
@@ -109,11 +109,11 @@ def plan_incremental(
     initial: timedelta,
     horizon: datetime | None = None,
 ) -> list[Window]:
-    """Windows to fetch for a (site, task) without an explicit window (resume from the gaps).
+    """Windows to fetch for a (site, task) without an explicit window (resume from the holes).
 
     ``horizon`` is where incremental loading of this (site, task) began (recorded by its first
     incremental run); without one it begins now: ``now - initial``. From the horizon on, everything that is
-    not in ``done`` is a gap — also a failed first segment — and ``[high_water - lookback, now)`` is
+    not in ``done`` is a hole — also a failed first segment — and ``[high_water - lookback, now)`` is
     fetched again (upstream-api.md Q13: a look-back catches late changes). Completed windows before the
     horizon (explicit backfills) neither widen nor narrow the plan. Returned merged and sorted; split them
     with :func:`split`.

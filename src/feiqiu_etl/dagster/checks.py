@@ -3,7 +3,7 @@ everything it planned. What the Dagster UI shows under each lane's asset (Checks
 
 * ``fresh_<site id>``, one per store of the lane: every task the store is **scheduled** for (the lane's
   ``tasks:``, else all of the connector's) has data newer than the threshold — decided by the one freshness
-  rule of :mod:`feiqiu_etl.runs.freshness` (the ``freshness`` command, the web page and the STALE alert use
+  rule of :mod:`feiqiu_etl.registry.freshness` (the ``freshness`` command, the web page and the STALE alert use
   it too). It is evaluated for every store of the lane, whenever the lane's asset is materialized and on its
   own (the ``feiqiu_freshness`` job and its schedule), so data that stopped moving shows even when no run
   comes;
@@ -28,7 +28,7 @@ import psycopg
 
 from feiqiu_etl.connector.windows import parse_local, to_aware
 from feiqiu_etl.runner.results import RunResult
-from feiqiu_etl.runs.freshness import Schedule, freshness_rows, judge
+from feiqiu_etl.registry.freshness import Schedule, freshness_rows, judge
 
 COMPLETE = "complete"
 MAX_LISTED = 10
@@ -53,7 +53,7 @@ class CheckVerdict:
 def freshness_verdicts(rows: Iterable[Mapping[str, Any]], site_ids: Iterable[int],
                        stale_after_hours: float) -> dict[int, CheckVerdict]:
     """Pure: one verdict per store of ``site_ids`` from the judged rows of
-    :func:`feiqiu_etl.runs.freshness.judge` (``stale`` already decided by the one rule)."""
+    :func:`feiqiu_etl.registry.freshness.judge` (``stale`` already decided by the one rule)."""
     by_site: dict[int, list[Mapping[str, Any]]] = {int(s): [] for s in site_ids}
     for row in rows:
         if int(row["site_id"]) in by_site:

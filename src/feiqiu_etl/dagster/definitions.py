@@ -9,7 +9,7 @@ underneath as the safety net (per token per database): if a pool has no limit, t
 lane there (``wait_for_lane``) instead of failing.
 
 What it must never do: change how a run works. Every materialization is one
-:func:`feiqiu_etl.flowcli.execute_in_process` call (recorded in ``etl_meta.run`` like the CLI, resumable,
+:func:`feiqiu_etl.runner.launch.execute_in_process` call (recorded in ``etl_meta.run`` like the CLI, resumable,
 cancellable with ``feiqiu-etl cancel``); tokens are read from the environment variables the fleet file names,
 in the process that runs the step, and never appear in a definition, a log line or metadata.
 """
@@ -32,7 +32,7 @@ from feiqiu_etl.dagster.step import check_result, materialize_result, run_in_ste
 from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
 from feiqiu_etl.plan.model import Secret
-from feiqiu_etl.runs.freshness import DEFAULT_STALE_HOURS, Schedule, schedule_from_fleet
+from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule, schedule_from_fleet
 
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_FRESHNESS_CRON = "15 * * * *"

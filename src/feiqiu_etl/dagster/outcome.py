@@ -1,4 +1,4 @@
-"""From a finished :class:`~feiqiu_etl.runner.RunResult` to what Dagster shows: metadata per store
+"""From a finished :class:`~feiqiu_etl.runner.results.RunResult` to what Dagster shows: metadata per store
 (partition) and the one rule that decides whether a materialization fails.
 
 Pure functions over the result, no Dagster import: :mod:`feiqiu_etl.dagster.definitions` turns the

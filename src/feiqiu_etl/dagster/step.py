@@ -1,7 +1,7 @@
 """Inside a Dagster step: one feiqiu-etl run, its log streamed into Dagster's event log as it happens, and
 its outcome turned into what Dagster shows (materialization metadata, ``Failure``, asset check results).
 
-* :func:`run_in_step` runs :func:`feiqiu_etl.flowcli.execute_in_process` in a worker thread, so that a
+* :func:`run_in_step` runs :func:`feiqiu_etl.runner.launch.execute_in_process` in a worker thread, so that a
   Dagster termination (raised in the step's thread) becomes a graceful cancel; its settings come from the
   step's environment exactly as the CLI's (``FleetSettings.options``);
 * while it runs, the step's Dagster log gets what the CLI prints without a terminal: a line per finished
@@ -49,14 +49,14 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
     the main, thread) becomes a graceful cancel: no new requests, what was fetched is written, the run is
     recorded CANCELLED, and then the interruption propagates. Its progress streams into ``context.log`` as it
     happens. A configuration error (no database among them: a step never starts an embedded server) is a
-    ``Failure``. Returns the :class:`~feiqiu_etl.runner.RunResult`."""
+    ``Failure``. Returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
     import click
 
-    from feiqiu_etl.flowcli import execute_in_process
+    from feiqiu_etl.runner.launch import execute_in_process
     from feiqiu_etl.pipeline.cancellation import CancellationToken
-    from feiqiu_etl.runs.registry import Invocation
+    from feiqiu_etl.registry import Invocation
 
-    token = CancellationToken(timeout=options.timeout)
+    cancellation = CancellationToken(timeout=options.timeout)
     box: dict[str, Any] = {}
     # wait on an Event, not Thread.join(): when a signal handler raises inside join(), CPython before 3.13
     # marks the thread stopped although it still runs (bpo-45274), and the wait for the cancel would end early
@@ -68,7 +68,7 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
 
     def work() -> None:
         try:
-            box["result"] = execute_in_process(options, None, token, progress=progress,
+            box["result"] = execute_in_process(options, None, cancellation, progress=progress,
                                                invocation=Invocation(command="dagster", args=args))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
             box["error"] = exc
@@ -83,7 +83,7 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
             while not done.wait(0.2):
                 pass
         except BaseException:  # Dagster terminated the run (DagsterExecutionInterruptedError) or Ctrl-C
-            token.cancel("dagster")
+            cancellation.cancel("dagster")
             context.log.warning("run terminated: cancelling the feiqiu-etl run (fetched data is written first)")
             while not done.wait(0.2):  # a second interruption ends this wait and the process
                 pass
@@ -91,7 +91,7 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
                 context.log.warning(f"feiqiu-etl run {box['result'].run_id}: {box['result'].status}")
             raise
     finally:
-        token.dispose()
+        cancellation.dispose()
         logging.getLogger("feiqiu_etl").removeHandler(handler)
     error = box.get("error")
     if isinstance(error, click.ClickException):  # bad configuration, unreachable database
@@ -169,7 +169,7 @@ def warehouse(options: RunOptions):
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import redact_dsn, scrub
     from feiqiu_etl.errortext import one_line
-    from feiqiu_etl.flowcli import connector_for
+    from feiqiu_etl.runner.launch import connector_for
 
     try:
         settings = options.settings()

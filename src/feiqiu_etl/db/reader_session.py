@@ -40,8 +40,6 @@ import psycopg
 DANGEROUS_ROLES = ("pg_execute_server_program", "pg_read_server_files", "pg_write_server_files")
 """Predefined roles whose members may run programs or read or write files on the database server."""
 
-DEFAULT_TIMEOUT = 60.0
-"""``sql.timeout``: seconds one statement may run (``--timeout``, ``SQL_TIMEOUT``)."""
 MAX_TIMEOUT = 86400.0
 CANCEL_GRACE = 2.0
 """Seconds after the limit before the client cancels a statement the server did not stop itself."""

@@ -3,7 +3,7 @@
 ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key columns come from the
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
 ``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them), completed window segments and the
-earliest start ever planned incrementally (together: resume from the gaps) and detail requests still owed
+earliest start ever planned incrementally (together: resume from the holes) and detail requests still owed
 (retried on the next run).
 """
 

@@ -28,7 +28,7 @@ FailureLimit = Annotated[int, Field(ge=1, le=1_000_000, description="failed requ
 @dataclass(frozen=True)
 class Gap:
     """The random gap before a request: uniform in ``[min, max]`` seconds (upstream-api.md §2.2 asks for a
-    random gap). A value: :meth:`draw` takes the random source, :meth:`at_least` composes it with a floor.
+    random gap). A value: :meth:`draw` takes the random source.
     Raises ``ValueError`` when ``min < 0`` or ``min > max``."""
 
     min: float
@@ -48,10 +48,6 @@ class Gap:
     def draw(self, rng: random.Random) -> float:
         """One gap, s, uniform in ``[min, max]``."""
         return min(max(rng.uniform(self.min, self.max), self.min), self.max)
-
-    def at_least(self, floor: float) -> "Gap":
-        """This gap with no draw below ``floor`` seconds (e.g. an endpoint class's documented minimum)."""
-        return Gap(max(self.min, floor), max(self.max, floor))
 
 
 @pydantic_dataclass(frozen=True, config=ConfigDict(strict=True, allow_inf_nan=False))

@@ -1,9 +1,8 @@
-"""``RateLimiter`` (spec §3.3): draws a random gap in ``[min_interval, max_interval]`` seconds and waits
-it out, returning early (within milliseconds) when cancelled.
+"""``RateLimiter`` (spec §3.3): draws a random gap in ``[min_interval, max_interval]`` seconds.
 
-Unlike the spec's 0.5 s polling slices, the wait is one ``Event.wait`` (via the injectable ``Clock``).
-The limiter only chooses and waits gaps; *when* a gap starts (the end of the previous response) is the
-``RequestScheduler``'s business.
+The limiter only chooses gaps; the ``RequestScheduler`` waits them out, from the end of the previous response,
+on its injectable ``Clock`` (one ``Event.wait`` instead of the spec's 0.5 s polling slices: a cancel ends the
+wait within milliseconds).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import random
 import threading
 from dataclasses import dataclass
 
-from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
 from feiqiu_etl.pipeline.config import Gap
 
 
@@ -34,13 +32,11 @@ class RateLimiter:
         max_interval: float = 20.0,
         *,
         rng: random.Random | None = None,
-        clock: Clock = SYSTEM_CLOCK,
         gap: Gap | None = None,
     ):
         self.gap = gap or Gap(float(min_interval), float(max_interval))
         self._min, self._max = self.gap.min, self.gap.max
         self._rng = rng or random.Random()
-        self._clock = clock
         self._lock = threading.Lock()
         self._last_interval = 0.0
         self._draws = 0
@@ -60,13 +56,6 @@ class RateLimiter:
             self._last_interval = interval
             self._draws += 1
             return interval
-
-    def wait(self, cancel_event: threading.Event | None = None) -> bool:
-        """Wait one freshly drawn gap. Returns False if ``cancel_event`` was set (before or during)."""
-        if cancel_event is not None and cancel_event.is_set():
-            return False
-        interval = self.draw()
-        return not self._clock.wait(cancel_event, interval)
 
     @property
     def last_interval(self) -> float:

@@ -8,7 +8,7 @@ field by field.
 
 It is the oracle of the equivalence property and the baseline of the benchmarks: keep it short and
 obviously correct, never clever or fast. It starts no threads. It inherits only the constructor wiring
-(transport, config, lane, token, logger, limiter) from ``UnifiedPipeline``; the counting is restated here
+(transport, config, scheduler, cancellation, logger, limiter) from ``UnifiedPipeline``; the counting is restated here
 on purpose, so that a mistake in the engine's cannot hide in the comparison. The final status rule is
 shared (``PipelineResult.finish``); Properties 8, 11 and 12 check it against their own expectations.
 """
@@ -22,7 +22,7 @@ from typing import Any, Hashable, Iterable, Iterator
 from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult
 from feiqiu_etl.pipeline.unified_pipeline import (
-    FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, _describe, _safe_params,
+    FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, describe_error, safe_params,
 )
 
 
@@ -39,7 +39,7 @@ class SerialReference(UnifiedPipeline):
         on_request_failed: FailureFn | None = None,
     ) -> PipelineResult:
         """Execute every request and everything it spawns, one after the other; see ``UnifiedPipeline.run``."""
-        if self.cancel_token.is_cancelled:
+        if self.cancellation.is_cancelled:
             return PipelineResult(status="CANCELLED", cancelled=True)
         run = _SerialRun(self, process_fn, write_fn, on_scope_complete)
         run.on_failure = on_request_failed
@@ -50,7 +50,7 @@ class _SerialRun:
     def __init__(self, owner: SerialReference, process_fn: ProcessFn, write_fn: WriteFn, on_scope: ScopeFn | None):
         self.owner = owner
         self.cfg = owner.config
-        self.token = owner.cancel_token
+        self.cancellation = owner.cancellation
         self.process_fn = process_fn
         self.write_fn = write_fn
         self.on_scope = on_scope
@@ -124,8 +124,8 @@ class _SerialRun:
                         self.result.rate_limited += 1
                         self.result.banned_seconds += backoff.seconds if backoff.kind == "banned" else 0.0
                     raise
-            return self.owner.lane.send(attempt, self.owner.rate_limiter, self.token.event, min_wait=min_wait,
-                                        gap_class=request.gap_class, tenant=self.owner.tenant)
+            return self.owner.scheduler.send(attempt, self.owner.rate_limiter, self.cancellation.event,
+                                             min_wait=min_wait, gap_class=request.gap_class, tenant=self.owner.tenant)
 
         return send
 
@@ -133,8 +133,8 @@ class _SerialRun:
         self.result.detail_failure += int(request.is_detail)
         self.request_streak += int(getattr(exc, "counts_as_failure", True))
         self._record("request", {
-            "endpoint": request.endpoint, "params": _safe_params(request.params),
-            "is_detail": request.is_detail, "error": _describe(exc),
+            "endpoint": request.endpoint, "params": safe_params(request.params),
+            "is_detail": request.is_detail, "error": describe_error(exc),
         })
         rows = list(self.on_failure(request, exc) or []) if self.on_failure is not None else []
         if rows:
@@ -149,8 +149,8 @@ class _SerialRun:
             out = self.process_fn(item)
         except Exception as exc:
             self._record("processing", {
-                "endpoint": item.request.endpoint, "params": _safe_params(item.request.params),
-                "error": _describe(exc),
+                "endpoint": item.request.endpoint, "params": safe_params(item.request.params),
+                "error": describe_error(exc),
             })
             return True
         finally:
@@ -176,7 +176,7 @@ class _SerialRun:
         try:
             result = self.write_fn(rows)
         except Exception as exc:
-            self._record("write", {"rows": len(rows), "error": _describe(exc)})
+            self._record("write", {"rows": len(rows), "error": describe_error(exc)})
             failed = True
         else:
             failed = result is not None and result.errors > 0
@@ -221,7 +221,7 @@ class _SerialRun:
         try:
             extra = self.on_scope(scope, ok)
         except Exception as exc:
-            self._record("write", {"scope": repr(scope), "error": _describe(exc)})
+            self._record("write", {"scope": repr(scope), "error": describe_error(exc)})
         else:
             if extra is not None:
                 self._add_counts(extra)
@@ -242,11 +242,11 @@ class _SerialRun:
         except StopIteration:
             return None
         except Exception as exc:
-            self._record("request", {"stage": "seed", "error": _describe(exc)})
+            self._record("request", {"stage": "seed", "error": describe_error(exc)})
             return None
 
     def _stopping(self) -> bool:
-        return self.token.is_cancelled or self.aborted
+        return self.cancellation.is_cancelled or self.aborted
 
     def _record(self, stage: str, error: dict[str, Any]) -> None:
         counter = {"request": "request_failures", "processing": "processing_failures"}.get(stage, "write_failures")
@@ -255,5 +255,5 @@ class _SerialRun:
         self.owner.logger.warning("%s failure: %s", stage, error.get("error"))
 
     def _finish(self, started: float) -> PipelineResult:
-        return self.result.finish(aborted=self.aborted, cancelled=self.token.is_cancelled, timing=self.timing,
+        return self.result.finish(aborted=self.aborted, cancelled=self.cancellation.is_cancelled, timing=self.timing,
                                   elapsed=time.monotonic() - started)

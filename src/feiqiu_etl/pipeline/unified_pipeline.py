@@ -59,8 +59,8 @@ class UnifiedPipeline:
 
     ``transport(request, send)`` performs one logical request, calling ``send(fn, min_wait=...)`` for
     every attempt so each attempt waits its gap in the lane; it returns the parsed response, raises
-    ``AbortPipeline`` to fail the run, or any other exception for a failed request. ``lane`` is the
-    flow's shared :class:`RequestScheduler`; this pipeline's gaps come from ``config.rate_min/max``.
+    ``AbortPipeline`` to fail the run, or any other exception for a failed request. ``scheduler`` is the
+    lane's :class:`RequestScheduler`; this pipeline's gaps come from ``config.rate_min/max``.
     """
 
     def __init__(
@@ -68,8 +68,8 @@ class UnifiedPipeline:
         transport: Transport,
         config: PipelineConfig,
         *,
-        lane: RequestScheduler | None = None,
-        cancel_token: CancellationToken | None = None,
+        scheduler: RequestScheduler | None = None,
+        cancellation: CancellationToken | None = None,
         logger: logging.Logger | None = None,
         rate_limiter: RateLimiter | None = None,
         tenant: Hashable | None = None,
@@ -79,10 +79,10 @@ class UnifiedPipeline:
         is granted round-robin between tenants. ``abortable`` lets a cancel abort the request in flight."""
         self.transport = transport
         self.config = config
-        self.lane = lane or RequestScheduler()
-        self.cancel_token = cancel_token or CancellationToken()
+        self.scheduler = scheduler or RequestScheduler()
+        self.cancellation = cancellation or CancellationToken()
         self.logger = logger or logging.getLogger(__name__)
-        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap, clock=self.lane.clock)
+        self.rate_limiter = rate_limiter or RateLimiter(gap=config.gap)
         self.tenant = tenant
         self.abortable = abortable
         self._run: _Run | None = None
@@ -104,7 +104,7 @@ class UnifiedPipeline:
         detail); they go through the writer like any rows. Returns the statistics; status is FAILED
         (aborted) > CANCELLED > PARTIAL (some failure) > SUCCESS.
         """
-        if self.cancel_token.is_cancelled:
+        if self.cancellation.is_cancelled:
             return PipelineResult(status="CANCELLED", cancelled=True)
         run = _Run(self, process_fn, write_fn, on_scope_complete, on_request_failed)
         self._run = run
@@ -117,13 +117,13 @@ class UnifiedPipeline:
     def statistics(self) -> "PipelineStatistics":
         """Live snapshot: queue depths, outstanding work, counts so far, lane state (progress, status, tests)."""
         run = self._run
-        lane = self.lane.statistics()
+        scheduler = self.scheduler.statistics()
         if run is None:
-            return PipelineStatistics(running=False, lane=lane, rate_limiter=self.rate_limiter.statistics())
+            return PipelineStatistics(running=False, scheduler=scheduler, rate_limiter=self.rate_limiter.statistics())
         with run.lock:
             r = run.result
             return PipelineStatistics(
-                running=True, lane=lane, rate_limiter=self.rate_limiter.statistics(),
+                running=True, scheduler=scheduler, rate_limiter=self.rate_limiter.statistics(),
                 outstanding=run.tracker.outstanding, frontier=len(run.frontier),
                 processing_queue=run.processing_q.qsize(), write_queue=run.write_q.qsize(),
                 busy_workers=run.busy_workers, requests=r.total_requests, attempts=r.attempts,
@@ -146,7 +146,7 @@ class PipelineStatistics:
     """
 
     running: bool
-    lane: SchedulerStatistics
+    scheduler: SchedulerStatistics
     rate_limiter: RateLimiterStatistics
     outstanding: int = 0
     frontier: int = 0
@@ -176,7 +176,7 @@ class _Run:
         self.started = time.monotonic()
         self.seeds_left: int | None = None
         self.cfg = owner.config
-        self.token = owner.cancel_token
+        self.cancellation = owner.cancellation
         self.log = owner.logger
         self.process_fn = process_fn
         self.write_fn = write_fn
@@ -261,7 +261,7 @@ class _Run:
         except StopIteration:
             return None
         except Exception as exc:  # a broken request generator ends the seeds, recorded once
-            self._record("request", {"stage": "seed", "error": _describe(exc)})
+            self._record("request", {"stage": "seed", "error": describe_error(exc)})
             return None
         self.tracker.add(1, request.scope)
         if self.seeds_left is not None:
@@ -287,9 +287,9 @@ class _Run:
                 except Exception as exc:
                     self._note_backoff(request, exc)
                     raise
-            return owner.lane.send(attempt, owner.rate_limiter, self.token.event, min_wait=min_wait,
-                                   gap_class=request.gap_class, tenant=owner.tenant, label=label,
-                                   abortable=owner.abortable)
+            return owner.scheduler.send(attempt, owner.rate_limiter, self.cancellation.event, min_wait=min_wait,
+                                        gap_class=request.gap_class, tenant=owner.tenant, label=label,
+                                        abortable=owner.abortable)
 
         t0 = time.monotonic()
         failed = False
@@ -345,9 +345,9 @@ class _Run:
         error = {
             "stage": "request",
             "endpoint": request.endpoint,
-            "params": _safe_params(request.params),
+            "params": safe_params(request.params),
             "is_detail": request.is_detail,
-            "error": _describe(exc),
+            "error": describe_error(exc),
         }
         counts = getattr(exc, "counts_as_failure", True)
         with self.lock:
@@ -371,7 +371,7 @@ class _Run:
         try:
             rows = list(self.on_failure_fn(request, exc) or [])
         except Exception as hook_error:  # noqa: BLE001 - a broken hook is one more recorded failure
-            self._record("processing", {"endpoint": request.endpoint, "error": _describe(hook_error)})
+            self._record("processing", {"endpoint": request.endpoint, "error": describe_error(hook_error)})
             return
         if rows:
             self.tracker.add(len(rows), request.scope)
@@ -428,8 +428,8 @@ class _Run:
             failed = True
             self._record("processing", {
                 "endpoint": item.request.endpoint,
-                "params": _safe_params(item.request.params),
-                "error": _describe(exc),
+                "params": safe_params(item.request.params),
+                "error": describe_error(exc),
             })
         finally:
             self._release(item.seq, chunk)
@@ -454,7 +454,7 @@ class _Run:
     def _on_written(self, rows: list, scopes: list, result: WriteResult | None, error: Exception | None) -> None:
         failed = error is not None or (result is not None and result.errors > 0)
         if error is not None:
-            self._record("write", {"rows": len(rows), "error": _describe(error)})
+            self._record("write", {"rows": len(rows), "error": describe_error(error)})
         elif result is not None and result.errors:
             self._record("write", {"rows": len(rows), "error": f"{result.errors} row(s) rejected by write_fn"})
         with self.lock:
@@ -496,7 +496,7 @@ class _Run:
                     with self.lock:
                         self._add_write_counts(extra)
         except Exception as exc:
-            self._record("write", {"scope": repr(completion.scope), "error": _describe(exc)})
+            self._record("write", {"scope": repr(completion.scope), "error": describe_error(exc)})
         finally:
             self.tracker.done(1)
 
@@ -515,7 +515,7 @@ class _Run:
         return busy == 0 and self.processing_q.empty()
 
     def _stopping(self) -> bool:
-        return self.token.is_cancelled or self.aborted
+        return self.cancellation.is_cancelled or self.aborted
 
     def _abort(self, reason: str) -> None:
         with self.lock:
@@ -539,7 +539,7 @@ class _Run:
 
     def _finish(self, started: float) -> PipelineResult:
         self.timing["write"] = self.writer.seconds_writing
-        return self.result.finish(aborted=self.aborted, cancelled=self.token.is_cancelled, timing=self.timing,
+        return self.result.finish(aborted=self.aborted, cancelled=self.cancellation.is_cancelled, timing=self.timing,
                                   elapsed=time.monotonic() - started)
 
 
@@ -574,10 +574,12 @@ def _short_gil_switch() -> Iterator[None]:
 _SECRET_KEYS = ("token", "authorization", "password", "secret")
 
 
-def _safe_params(params: dict) -> dict:
+def safe_params(params: dict) -> dict:
+    """``params`` with the values of secret-looking keys (token, password, …) replaced by ``***``."""
     return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in (params or {}).items()}
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` (the type alone when the message is empty), as an error record stores it."""
     text = str(exc) or exc.__class__.__name__
     return f"{exc.__class__.__name__}: {text}" if str(exc) else text

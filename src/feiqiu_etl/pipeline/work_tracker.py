@@ -109,11 +109,6 @@ class WorkTracker:
         with self.condition:
             return self._outstanding
 
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until nothing is outstanding; True if idle (False on timeout)."""
-        with self.condition:
-            return self.condition.wait_for(lambda: self._outstanding == 0, timeout)
-
     def statistics(self) -> TrackerStatistics:
         with self.condition:
             return TrackerStatistics(self._outstanding, len(self._scopes), self._added, self._completed)
@@ -131,12 +126,6 @@ class Frontier(Generic[T]):
         self._tracker.add(1, scope)
         with self._tracker.condition:
             self._items.append(item)
-            self._tracker.condition.notify_all()
-
-    def push_front(self, item: T, scope: Hashable | None = None) -> None:
-        self._tracker.add(1, scope)
-        with self._tracker.condition:
-            self._items.appendleft(item)
             self._tracker.condition.notify_all()
 
     def next_or_idle(self, *, has_source: bool) -> tuple[T | None, bool]:

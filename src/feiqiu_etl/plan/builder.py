@@ -1,7 +1,7 @@
 """Build a :class:`~feiqiu_etl.plan.model.RunPlan` from validated inputs and the warehouse's history.
 
 Pure: no I/O, no clock except ``inputs.windows.now`` (or the time given). For every lane, store and task it
-decides the window segments (explicit, or incremental: resume from the gaps plus the task's look-back,
+decides the window segments (explicit, or incremental: resume from the holes plus the task's look-back,
 docs/upstream-api.md Q13), the horizon to record, the owed details, the re-check budget and an estimate of
 requests and lane seconds (:mod:`.estimates`).
 """
@@ -16,7 +16,7 @@ from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, local_now, plan_incremental, split
 from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.plan.estimates import plan_estimate
+from feiqiu_etl.estimates import plan_estimate
 from feiqiu_etl.plan.history import EMPTY, PlanHistory, TaskHistory
 from feiqiu_etl.plan.inputs import LaneInput, PlanInputs
 from feiqiu_etl.plan.model import LanePlan, RunPlan, TaskPlan

@@ -301,7 +301,7 @@ def _site(value: Any) -> int:
 
 def _dwd_mapping(connector: Connector, tables: list[str]):
     """Load and check the DWD mapping and ``tables`` up front (raises ``ConfigError``)."""
-    from feiqiu_etl.tasks.dwd.mapping import DwdMappingError, load_dwd_mapping
+    from feiqiu_etl.connector.dwd_mapping import DwdMappingError, load_dwd_mapping
 
     path = connector.dwd_mapping_path()
     if path is None:

@@ -1,9 +1,9 @@
 """``RunPlan``: what one run will do — lanes → stores → tasks → windows — as frozen, I/O-free data.
 
 A plan is built once per run from validated inputs and the warehouse's history (:mod:`.builder`), printed by
-``feiqiu-etl plan`` and executed by :class:`feiqiu_etl.runner.Runner`. Every setting in it is already
-validated; nothing in it can fail later for a configuration reason. A token is held as a :class:`Secret`:
-its ``repr``/``str`` and every ``to_dict`` show only a fingerprint.
+``feiqiu-etl plan`` and executed by :class:`feiqiu_etl.runner.flow_runner.FlowRunner`. Every setting in it is
+already validated; nothing in it can fail later for a configuration reason. A token is held as a
+:class:`Secret`: its ``repr``/``str`` and every ``to_dict`` show only a fingerprint.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
 from feiqiu_etl.db.connection import DbLimits
+from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
 
 
@@ -51,30 +52,11 @@ class WindowSettings:
 
 
 @dataclass(frozen=True)
-class Estimate:
-    """Expected requests of a task (list pages + details, re-checks included) and lane seconds; ``basis``
-    says where it came from (``"history"``: the last runs of this task and store; ``"contract"``: the
-    documented volumes, upstream-api.md §4.1; ``"catalog"``: one page per window segment or snapshot, details
-    unknown; ``"live"``: re-estimated from the first pages of a running task). ``rows``: list records
-    expected. See :mod:`feiqiu_etl.plan.estimates`."""
-
-    list_requests: int = 0
-    detail_requests: int = 0
-    seconds: float = 0.0
-    basis: str = "catalog"
-    rows: int = 0
-
-    @property
-    def requests(self) -> int:
-        return self.list_requests + self.detail_requests
-
-
-@dataclass(frozen=True)
 class TaskPlan:
     """One ODS task for one store: its spec, effective pipeline settings and window segments.
 
     ``horizon`` (incremental runs) is the earliest start planned, recorded before any request so that a
-    segment that fails stays a gap for the next run. ``owed_details`` counts details still owed by earlier
+    segment that fails stays a hole for the next run. ``owed_details`` counts details still owed by earlier
     runs (fetched first). ``first_load`` is True when no earlier run of this task and store is known.
     ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``,
     rounded down); ``recheck_credit`` the fraction of a re-check left over, carried to the next run.

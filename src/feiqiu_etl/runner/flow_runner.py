@@ -1,7 +1,7 @@
 """``FlowRunner``: executes one :class:`~feiqiu_etl.plan.model.RunPlan` — built once per run.
 
 Order: record the run (``etl_meta.run``, RUNNING) → take every lane's cross-process guard (a lane held by
-another process is refused, or waited for) → start :class:`~feiqiu_etl.runs.control.RunControl` (heartbeat,
+another process is refused, or waited for) → start :class:`~feiqiu_etl.registry.control.RunControl` (heartbeat,
 live status, remote cancel, stored log) → run all lanes at once, one thread each, every lane strictly
 serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
 (:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`). The caller prepares the database (DDL, :func:`prepare_database`) and
@@ -11,7 +11,7 @@ Database use is bounded (issue 19): the lanes' writers, the DWD tables and the r
 ``db.pool_size`` connections (:class:`~feiqiu_etl.db.health.DatabaseHealth`), whatever the number of lanes; the
 lane guard's session and the run control's (heartbeat, LISTEN) come on top, and the database watchdog's probe
 while in doubt. A record the database does not take (it stopped answering) is kept for later
-(:mod:`feiqiu_etl.runs.late`).
+(:mod:`feiqiu_etl.registry.late`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
 from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
 from feiqiu_etl.runner.results import FAILED, RunResult
-from feiqiu_etl.runs import registry
-from feiqiu_etl.runs.control import RunControl
-from feiqiu_etl.runs.registry import Invocation, new_run_id  # noqa: F401 - new_run_id: feiqiu_etl.runner exports it
-from feiqiu_etl.runs.lane_guard import LaneBusy, LaneGuard
-from feiqiu_etl.runs.late import database_identity
+from feiqiu_etl import registry
+from feiqiu_etl.registry.control import RunControl
+from feiqiu_etl.registry import Invocation
+from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
+from feiqiu_etl.registry.late import database_identity
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
@@ -62,7 +62,7 @@ class RunnerWiring:
     heartbeat: float = 1.0
     abortable: bool = True
     database: str | None = None
-    """:func:`feiqiu_etl.runs.late.database_identity` of the warehouse, when the caller knows it (planning did):
+    """:func:`feiqiu_etl.registry.late.database_identity` of the warehouse, when the caller knows it (planning did):
     where a record the database did not take is written later."""
 
 
@@ -81,8 +81,10 @@ def prepare_database(conn: psycopg.Connection, connector: Connector, *, stale_af
     """DDL for etl_meta and the connector's ODS tables, then mark vanished runs INTERRUPTED (returned)."""
     from feiqiu_etl.db.schema import ensure_ods_tables
 
+    from feiqiu_etl.alerts import sweep_and_alert
+
     ensure_ods_tables(conn, connector.tasks)
-    return registry.sweep_interrupted(conn, stale_after)
+    return sweep_and_alert(conn, stale_after)
 
 
 class FlowRunner:
@@ -90,23 +92,23 @@ class FlowRunner:
     lane failure (those are in the result), only for programming errors.
 
     ``invocation`` is what the run record says of how it was started (a new run id, command ``run``, no
-    arguments by default; arguments already redacted); ``cancel_token`` cancels it (default: its own);
+    arguments by default; arguments already redacted); ``cancellation`` cancels it (default: its own);
     ``wiring`` how it reaches the database, the API and the heartbeat.
     """
 
     def __init__(self, plan: RunPlan, dsn: str, *, invocation: Invocation | None = None,
-                 cancel_token: CancellationToken | None = None, wiring: RunnerWiring = RunnerWiring()):
+                 cancellation: CancellationToken | None = None, wiring: RunnerWiring = RunnerWiring()):
         self.plan = plan
         self.dsn = dsn
         self.invocation = invocation or Invocation()
         self.run_id = self.invocation.run_id
-        self.token = cancel_token or CancellationToken()
+        self.cancellation = cancellation or CancellationToken()
         self._connect = wiring.connect or db_connect
         self.heartbeat = wiring.heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
-        self.health = DatabaseHealth(dsn, self._connect, limits=plan.db, cancel_event=self.token.event,
+        self.health = DatabaseHealth(dsn, self._connect, limits=plan.db, cancel_event=self.cancellation.event,
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
-        tasks = TaskContext(dsn, self.run_id, self.token, conventions=ApiConventions.of(plan.connector),
+        tasks = TaskContext(dsn, self.run_id, self.cancellation, conventions=ApiConventions.of(plan.connector),
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
                             connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
@@ -117,13 +119,12 @@ class FlowRunner:
         self.control: RunControl | None = None
         self.guard: LaneGuard | None = None
         self._phase = "starting"
-        self._dwd_task = None
         self._lock = threading.Lock()
         self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
         self._sampled = float("-inf")
         self._t0 = time.monotonic()
         self._started_at: datetime | None = None
-        self._database = wiring.database   # where the run is recorded (runs.late.database_identity)
+        self._database = wiring.database   # where the run is recorded (registry.late.database_identity)
 
     # ------------------------------------------------------------------------------------------------ run
     def run(self) -> RunResult:
@@ -143,8 +144,8 @@ class FlowRunner:
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
-        self.control = RunControl(self.dsn, self.run_id, self.token, live=self.statistics, connect=self._connect,
-                                  interval=self.heartbeat, guard=self.guard,
+        self.control = RunControl(self.dsn, self.run_id, self.cancellation, live=self.statistics,
+                                  connect=self._connect, interval=self.heartbeat, guard=self.guard,
                                   on_lane_lost=self._lanes_lost).watched_by(self.health.watchdog).start()
         try:
             log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
@@ -161,14 +162,14 @@ class FlowRunner:
                     t.join(0.2)
             if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
                 log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
-            elif plan.dwd is not None and not self.token.is_cancelled and not self.result.database_lost:
+            elif plan.dwd is not None and not self.cancellation.is_cancelled and not self.result.database_lost:
                 self._phase = "dwd"
                 self.result.dwd = self._run_dwd()
         finally:
             self._phase = "finishing"
-            self.result.finish(self.token.is_cancelled)
-            if self.token.is_cancelled and self.token.reason:
-                self.result.error = self.result.error or f"cancelled ({self.token.reason})"
+            self.result.finish(self.cancellation.is_cancelled)
+            if self.cancellation.is_cancelled and self.cancellation.reason:
+                self.result.error = self.result.error or f"cancelled ({self.cancellation.reason})"
             self.result.finished_at = datetime.now(timezone.utc).isoformat()
             self._record_end()
             logging.getLogger("feiqiu_etl").removeHandler(handler)
@@ -191,7 +192,7 @@ class FlowRunner:
         self.result.error = one_line(exc, with_type=False)
         for lane in self.lanes:
             lane.refuse(self.result.error)
-        self.result.finish(self.token.is_cancelled)
+        self.result.finish(self.cancellation.is_cancelled)
         self.result.finished_at = datetime.now(timezone.utc).isoformat()
         self._keep_record(self.result.to_dict())
         self.health.close()
@@ -201,7 +202,7 @@ class FlowRunner:
         """Acquire every lane's cross-process guard, all together (a lane held elsewhere is refused, or waited
         for up to ``wait_for_lane`` while the others are tried too); the others run."""
         outcome = self.guard.acquire_all([(lane.plan.name, lane.plan.key) for lane in self.lanes],
-                                         wait=self.plan.wait_for_lane, cancel_event=self.token.event)
+                                         wait=self.plan.wait_for_lane, cancel_event=self.cancellation.event)
         out = []
         for lane in self.lanes:
             refused = outcome.get(lane.plan.name)
@@ -209,7 +210,8 @@ class FlowRunner:
                 log.error("%s", refused)
                 lane.refuse(str(refused), busy=True)
             elif refused is not None:  # Cancelled while waiting, or the database went away
-                lane.refuse("cancelled while waiting for the lane" if self.token.is_cancelled else one_line(refused))
+                cancelled = self.cancellation.is_cancelled
+                lane.refuse("cancelled while waiting for the lane" if cancelled else one_line(refused))
             else:
                 out.append(lane)
         return out
@@ -241,10 +243,9 @@ class FlowRunner:
             mapping = load_dwd_mapping(self.plan.connector.dwd_mapping_path())
             with self.health.slot() as slot:
                 slot.run(lambda conn: ensure_dwd_tables(conn, mapping))
-            context = DwdLoadContext(logging.getLogger("feiqiu_etl.dwd"), self.token.event, self.health)
+            context = DwdLoadContext(logging.getLogger("feiqiu_etl.dwd"), self.cancellation.event, self.health)
             task = DwdLoadTask(self.dsn, mapping, parallel_workers=dwd.parallel_workers, run_id=self.run_id,
                                full=dwd.full, context=context)
-            self._dwd_task = task
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
             log.error("DWD load failed: %s", one_line(exc))
@@ -310,7 +311,7 @@ class FlowRunner:
         it changes nothing, whoever calls it and however often."""
         lanes = tuple(lane.statistics() for lane in self.lanes)
         return RunStatistics(
-            run_id=self.run_id, phase=self._phase, cancelling=self.token.is_cancelled,
+            run_id=self.run_id, phase=self._phase, cancelling=self.cancellation.is_cancelled,
             tasks_done=sum(lane.tasks_done for lane in lanes), tasks=self.plan.task_count, lanes=lanes,
             elapsed_s=round(time.monotonic() - self._t0, 1), rows_written=sum(lane.rows_written for lane in lanes),
             rows_per_s=round(sum(lane.rows_per_s for lane in lanes), 1),
@@ -324,10 +325,10 @@ class FlowRunner:
 
 def keep_late_record(result: RunResult, invocation: Invocation, database: str | None, *,
                      started_at: datetime | None, plan: RunPlan | None = None, summary: dict | None = None) -> None:
-    """Keep the record of a run the database did not take (:mod:`feiqiu_etl.runs.late`), for the next command
+    """Keep the record of a run the database did not take (:mod:`feiqiu_etl.registry.late`), for the next command
     that reaches ``database``; logs where (or why not). ``plan`` None: the run ended while planning."""
     from feiqiu_etl import __version__
-    from feiqiu_etl.runs import late
+    from feiqiu_etl.registry import late
 
     if database is None:
         log.error("run %s cannot be recorded: the database never answered it", result.run_id)

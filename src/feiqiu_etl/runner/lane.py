@@ -130,7 +130,7 @@ class LaneRunner:
             store.result.reason = store.refused
 
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
-        if self.rt.tasks.cancel_token.is_cancelled:
+        if self.rt.tasks.cancellation.is_cancelled:
             return "cancelled before start", CANCELLED
         tripped = self.scheduler.tripped
         if tripped:

@@ -161,7 +161,3 @@ def list_endpoint(task_code: str) -> ListEndpoint:
         return LIST_BY_TASK[task_code]
     except KeyError:
         raise KeyError(f"unknown task code {task_code!r}; expected one of {TASK_CODES}") from None
-
-
-def is_api_path(path: str) -> bool:
-    return path in LIST_BY_PATH or path in DETAIL_BY_PATH

@@ -46,7 +46,7 @@ class Event:
     """The primary key an edit event acts on (``trading``); ``None`` for new trading."""
 
 
-def _count(store: Store, per_day: float) -> int:
+def whole_events(store: Store, per_day: float) -> int:
     """Whole events for one day: the integer part plus a Bernoulli draw for the fraction."""
     whole = int(per_day)
     return whole + (1 if store.rng.random() < per_day - whole else 0)
@@ -76,7 +76,7 @@ def _plan_day(store: Store, profile: ScaleProfile) -> list[SettlementPlan]:
     return plans
 
 
-def _day_events(store: Store, profile: ScaleProfile, day_start: datetime, day_end: datetime,
+def day_events(store: Store, profile: ScaleProfile, day_start: datetime, day_end: datetime,
                 counter: list[int]) -> list[Event]:
     rng = store.rng
 
@@ -90,7 +90,7 @@ def _day_events(store: Store, profile: ScaleProfile, day_start: datetime, day_en
     stock_fillers = max(profile.inventory_changes_per_day - round(profile.goods_sales_per_day * 1.05), 0)
     ledger_fillers = min(1, profile.balance_changes_per_day)
     kinds = (
-        ["recharge"] * profile.recharges_per_day + ["refund"] * _count(store, profile.refunds_per_day)
+        ["recharge"] * profile.recharges_per_day + ["refund"] * whole_events(store, profile.refunds_per_day)
         + ["verify"] * max(stand_alone, 0) + ["stock"] * stock_fillers + ["ledger"] * ledger_fillers
         + ["table"] * max(profile.table_uses_per_day - settlement_uses, 0)
     )
@@ -114,7 +114,7 @@ class Timeline:
         events: list[Event] = []
         for index in range(days):
             day_start = store.start + timedelta(days=index)
-            events.extend(_day_events(store, self.profile, day_start, day_start + timedelta(days=1), counter))
+            events.extend(day_events(store, self.profile, day_start, day_start + timedelta(days=1), counter))
         for event in sorted(events):
             getattr(self, f"_on_{event.kind}")(event)
         self._handovers(store.start, store.anchor)

@@ -32,7 +32,7 @@ from feiqiu_etl.simulator import edits
 from feiqiu_etl.simulator.config import ScaleProfile
 from feiqiu_etl.simulator.master import make_card, make_member
 from feiqiu_etl.simulator.state import Record, Store
-from feiqiu_etl.simulator.timeline import Event, Timeline, _count, _day_events
+from feiqiu_etl.simulator.timeline import Event, Timeline, whole_events, day_events
 from feiqiu_etl.simulator.values import business_time, fmt_time, parse_money, parse_time
 
 DAY = timedelta(days=1)
@@ -88,7 +88,7 @@ class Trading(Timeline):
         while cursor < end:
             chunk_end = min(cursor + DAY, end)
             share = (chunk_end - cursor) / DAY
-            for event in _day_events(store, self._scaled(share), cursor, chunk_end, [0]):
+            for event in day_events(store, self._scaled(share), cursor, chunk_end, [0]):
                 self._push(event.at, event.kind, plan=event.plan)
             self._edits(share, cursor, chunk_end)
             cursor = chunk_end
@@ -111,7 +111,7 @@ class Trading(Timeline):
         if share == 1:
             return self.profile
         values = {name: getattr(self.profile, name) * share for name in PER_DAY}
-        return replace(self.profile, **{name: value if name == "refunds_per_day" else _count(self.store, value)
+        return replace(self.profile, **{name: value if name == "refunds_per_day" else whole_events(self.store, value)
                                         for name, value in values.items()})
 
     def _edits(self, share: float, lo: datetime, hi: datetime) -> None:
@@ -121,7 +121,7 @@ class Trading(Timeline):
                 ("edit_goods", len(store.records["ODS_GOODS"]) * EDIT_SHARE), ("signup", members * SIGNUP_SHARE),
                 ("revoke", profile.verifications_per_day * REVOKE_SHARE))
         for kind, per_day in plan:
-            for _ in range(_count(store, per_day * share)):
+            for _ in range(whole_events(store, per_day * share)):
                 self._push(business_time(store.rng, lo, hi), kind)
 
     # --- what was open at the start -------------------------------------------------------------------------
@@ -235,7 +235,8 @@ class Trading(Timeline):
                 earned[settlement["memberId"]] = earned.get(settlement["memberId"], 0) + \
                     int(parse_money(settlement["paidAmount"]))
         members = sorted(store.records["ODS_MEMBER"])
-        for member_id in rng.sample(members, min(len(members), _count(store, len(members) * BONUS_SHARE * share))):
+        bonus = whole_events(store, len(members) * BONUS_SHARE * share)
+        for member_id in rng.sample(members, min(len(members), bonus)):
             earned[member_id] = earned.get(member_id, 0) + rng.randint(1, 20)
         for member_id in sorted(earned):
             member = store.get("ODS_MEMBER", member_id)

@@ -7,7 +7,7 @@ Layout: :mod:`.app` (routes, Starlette), :mod:`.security` (token, session cookie
 :mod:`.format` (template filters), ``templates/`` (Jinja2, autoescaped) and ``static/`` (our own CSS and
 plain JavaScript; no third-party front-end code, nothing from a CDN, so the page works offline).
 
-It only reads the registry and asks for cancels through it (:func:`feiqiu_etl.runs.registry.request_cancel`);
+It only reads the registry and asks for cancels through it (:func:`feiqiu_etl.registry.request_cancel`);
 it never writes anything else, never shows the API token or a database password.
 """
 

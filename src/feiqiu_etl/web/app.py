@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 
-from feiqiu_etl.runs.freshness import Schedule
+from feiqiu_etl.registry.freshness import Schedule
 from feiqiu_etl.web import routes
-from feiqiu_etl.web.routes import safe_next as _safe_next  # noqa: F401 - tests/unit/test_web_security.py
 from feiqiu_etl.web.security import AccessGuard
 from feiqiu_etl.web.state import AppState
 

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from jinja2 import Undefined
 
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE
-from feiqiu_etl.report import duration as _duration
+from feiqiu_etl.formats import duration as _duration
 
 ZONE = ZoneInfo(SESSION_TIME_ZONE)
 STATUS_CLASSES = {"RUNNING": "running", "SUCCESS": "success", "PARTIAL": "partial", "FAILED": "failed",

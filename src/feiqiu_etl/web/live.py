@@ -1,7 +1,7 @@
 """``LiveFeed``: ONE database poller behind every open Live page (server-sent events).
 
 A running run publishes its live snapshot and heartbeat to ``etl_meta.run`` about once a second
-(:mod:`feiqiu_etl.runs.control`). While at least one page listens, the feed reads the running and just
+(:mod:`feiqiu_etl.registry.control`). While at least one page listens, the feed reads the running and just
 finished runs every ``interval`` seconds (default 0.25, in a worker thread: psycopg is blocking) and hands the
 JSON text to every listener when anything but the clock changed — a new heartbeat, a new status, a cancel
 request. So a change at the lane is on the page within heartbeat interval + ``interval`` + render time, and

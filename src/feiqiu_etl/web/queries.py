@@ -1,4 +1,4 @@
-"""The few reads the web page needs beyond :mod:`feiqiu_etl.runs.registry`, and JSON-safe values.
+"""The few reads the web page needs beyond :mod:`feiqiu_etl.registry`, and JSON-safe values.
 
 Like the registry, every function takes an open psycopg connection, passes values as parameters and
 commits (so a pooled connection goes back idle). Nothing here writes.
@@ -11,9 +11,10 @@ from typing import Any, Iterable
 import psycopg
 from psycopg.rows import dict_row
 
-from feiqiu_etl.runs import freshness, registry
-from feiqiu_etl.runs.freshness import Schedule
-from feiqiu_etl.runs.registry import jsonable  # noqa: F401 - the web modules import it from here
+from feiqiu_etl import registry
+from feiqiu_etl.registry import freshness
+from feiqiu_etl.registry.freshness import Schedule
+from feiqiu_etl.registry import jsonable  # noqa: F401 - the web modules import it from here
 
 
 def store_ids(conn: psycopg.Connection) -> list[int]:
@@ -62,6 +63,6 @@ def status_payload(conn: psycopg.Connection) -> dict[str, Any]:
 def freshness_report(conn: psycopg.Connection, settings: Any, hours: float) -> dict[str, Any]:
     """The freshness payload of the page and ``/api/freshness`` for the server's ``settings`` (its
     ``schedule``, from ``web --fleet``, or every task of its connector): the one rule of
-    :func:`feiqiu_etl.runs.freshness.freshness_report`, which ``feiqiu-etl freshness`` uses too."""
+    :func:`feiqiu_etl.registry.freshness.freshness_report`, which ``feiqiu-etl freshness`` uses too."""
     schedule = settings.schedule or Schedule.everything(settings.task_codes)
     return freshness.freshness_report(conn, settings.connector, schedule, hours)

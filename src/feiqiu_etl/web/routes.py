@@ -4,7 +4,7 @@ pages. Each handler reads the shared :class:`~feiqiu_etl.web.state.AppState` fro
 
 Handlers that touch the database are plain functions (Starlette runs them in its thread pool: psycopg blocks);
 the others are ``async``. Nothing here writes to the database except a cancel request
-(:func:`feiqiu_etl.runs.registry.request_cancel`). Bad query parameters raise :class:`BadRequest` (400).
+(:func:`feiqiu_etl.registry.request_cancel`). Bad query parameters raise :class:`BadRequest` (400).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.runs import registry
+from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
 from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after

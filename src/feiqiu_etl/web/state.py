@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn
-from feiqiu_etl.runs import registry
 from feiqiu_etl.web import queries
 from feiqiu_etl.web.format import FILTERS
 from feiqiu_etl.web.live import LiveFeed
@@ -61,8 +60,10 @@ class AppState:
 
     def sweep(self) -> None:
         """Mark runs whose process vanished INTERRUPTED."""
+        from feiqiu_etl.alerts import sweep_and_alert
+
         with self.db() as conn:
-            registry.sweep_interrupted(conn, self.settings.run_stale_after)
+            sweep_and_alert(conn, self.settings.run_stale_after)
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """``template`` rendered with ``context`` plus what every page shows (CSRF token, who is logged in,

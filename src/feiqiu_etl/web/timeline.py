@@ -127,7 +127,7 @@ def _merge(bars: list[_Bar], bar: _Bar) -> None:
 def timeline_svg(requests: list[dict], *, started_at: datetime, seconds: float | None,
                  rows_series: list[list[float]] | None = None, lanes: Iterable[str] = ()) -> str:
     """The chart (see module docstring) for the attempts ``requests`` (rows of
-    :func:`feiqiu_etl.runs.registry.run_requests`) of a run that started at ``started_at`` and lasted
+    :func:`feiqiu_etl.registry.run_requests`) of a run that started at ``started_at`` and lasted
     ``seconds`` (None while running: up to the last attempt). Returns the SVG markup (``<svg id="timeline">``)."""
     lane_names = list(dict.fromkeys([*lanes, *(r["lane"] for r in requests)])) or ["default"]
     points = [(float(t), float(v)) for t, v in (rows_series or [])]

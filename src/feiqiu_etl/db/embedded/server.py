@@ -20,6 +20,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,7 +44,6 @@ from feiqiu_etl.db.embedded.layout import HOME_ENV, ServerLayout, etl_home, reco
 from feiqiu_etl.db.embedded.passwords import READER, SUPERUSER, read_secrets, scram_verifier, secret_file
 from feiqiu_etl.db.embedded.reader import ensure_reader_role
 from feiqiu_etl.db.embedded.socket_dir import PORT, SOCKET_NAME, is_temporary, remove_stale_socket_dir, socket_dir
-from feiqiu_etl.db.embedded.watcher import start_watcher
 from feiqiu_etl.errortext import one_line
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,20 @@ def postmaster(pgdata: Path) -> tuple[int, Path | None, str] | None:
     socket_folder = Path(lines[4].split(",")[0].strip()) if len(lines) > 4 and lines[4].strip() else None
     status = lines[7].strip() if len(lines) > 7 else ""
     return pid, socket_folder, status
+
+
+def start_watcher(pgdata: Path, postmaster_pid: int) -> None:
+    """Start the watcher (:mod:`.watcher`, run as a process) of the server ``postmaster_pid`` on ``pgdata``
+    (detached; never raises: a server without a watcher is stopped by its last user, or by the next command, as
+    before)."""
+    env = {name: value for name, value in os.environ.items()
+           if name in ("PATH", "LANG", "TZ", "PYTHONPATH", "HOME") or name.startswith("LC_")}
+    try:
+        subprocess.Popen([sys.executable, "-m", "feiqiu_etl.db.embedded.watcher", str(pgdata), str(postmaster_pid)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                         cwd="/", start_new_session=True, close_fds=True)
+    except OSError as exc:
+        log.warning("embedded PostgreSQL: no watcher (%s); the last command using the server stops it", exc)
 
 
 @dataclass(eq=False)

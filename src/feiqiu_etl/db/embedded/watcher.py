@@ -3,7 +3,8 @@
 The last command to leave stops the server (``EmbeddedPostgres.stop``). A command killed hard (``kill -9``, an
 OOM kill, a second signal that exits at once) cannot, and PostgreSQL has no idle shutdown of its own, so without
 help the server would run on until the next command happens to stop it. So the process that *starts* a server
-also starts this watcher: a small detached process (its own session; it outlives its parent) that looks at the
+also starts this watcher (:func:`feiqiu_etl.db.embedded.server.start_watcher`, which imports nothing of this
+module: it names it only): a small detached process (its own session; it outlives its parent) that looks at the
 server's list of users (:mod:`.handles`: pids, only live ones count) every :data:`INTERVAL` seconds. When no user
 lives, it takes the server's lock, looks again (a command may be joining right now) and stops the server with a
 fast shutdown; it ends when the server it watches is gone (stopped by its last user, or replaced by a restart).
@@ -16,8 +17,6 @@ environment is the locale, ``PATH`` and ``PYTHONPATH`` only, and it opens no dat
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,19 +25,6 @@ log = logging.getLogger(__name__)
 
 INTERVAL = 1.0
 """Seconds between two looks at the server's users."""
-
-
-def start_watcher(pgdata: Path, postmaster_pid: int) -> None:
-    """Start the watcher of the server ``postmaster_pid`` on ``pgdata`` (detached; never raises: a server without
-    a watcher is stopped by its last user, or by the next command, as before)."""
-    env = {name: value for name, value in os.environ.items()
-           if name in ("PATH", "LANG", "TZ", "PYTHONPATH", "HOME") or name.startswith("LC_")}
-    try:
-        subprocess.Popen([sys.executable, "-m", "feiqiu_etl.db.embedded.watcher", str(pgdata), str(postmaster_pid)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                         cwd="/", start_new_session=True, close_fds=True)
-    except OSError as exc:
-        log.warning("embedded PostgreSQL: no watcher (%s); the last command using the server stops it", exc)
 
 
 def watch(pgdata: Path, pid: int, interval: float = INTERVAL) -> str:

@@ -9,7 +9,7 @@ Public API (warehouse-model §3–§5; spec §3.7):
 """
 
 from feiqiu_etl.tasks.dwd.load_task import DwdLoadContext, DwdLoadTask, DwdSummary, DwdTableResult
-from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdMappingError, load_dwd_mapping
+from feiqiu_etl.connector.dwd_mapping import DwdMapping, DwdMappingError, load_dwd_mapping
 from feiqiu_etl.tasks.dwd.schema import ensure_dwd_tables
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Cast helpers of warehouse-model §3 as ``psycopg.sql`` fragments with their parameters, and SQL names.
 
-``cast_sql(column)`` turns a mapped :class:`~feiqiu_etl.tasks.dwd.mapping.DwdColumn` into the SQL expression
+``cast_sql(column)`` turns a mapped :class:`~feiqiu_etl.connector.dwd_mapping.DwdColumn` into the SQL expression
 that reads it from ``payload``, e.g. ``MNY(salePrice)`` → ``NULLIF(payload->>%s, '')::numeric(12,2)`` with
 parameter ``"salePrice"``. A :class:`Fragment` carries the composed SQL and its parameters, in order, so a
 caller can join fragments and run them as one statement. ``target_ident``/``source_ident``/``names``/``same_key``
@@ -8,7 +8,7 @@ compose the table and column names of a mapping.
 
 Rules this module never breaks: identifiers are always ``sql.Identifier``; values that come from a mapping file
 (JSON field names, ``when`` values) are always bound parameters, never pasted into SQL. SQL type names are
-pasted only after :mod:`~feiqiu_etl.tasks.dwd.mapping` has checked them against a closed list.
+pasted only after :mod:`~feiqiu_etl.connector.dwd_mapping` has checked them against a closed list.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from psycopg import sql
 
-from feiqiu_etl.tasks.dwd.mapping import CAST_TYPES, DwdColumn, DwdTable
+from feiqiu_etl.connector.dwd_mapping import CAST_TYPES, DwdColumn, DwdTable
 
 # The SQL type names the mapping allows (a closed list), so pasting them is safe.
 _TYPES: frozenset[str] = frozenset().union(*CAST_TYPES.values())

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from feiqiu_etl.tasks.dwd.casts import names, target_ident
-from feiqiu_etl.tasks.dwd.mapping import DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdTable
 from feiqiu_etl.tasks.dwd.schema import WATERMARK_TABLE
 from feiqiu_etl.tasks.dwd.staging import STAGE, LoadCounts, stage_source, table_lock
 

@@ -23,7 +23,7 @@ from feiqiu_etl.db.connection import connect
 from feiqiu_etl.db.health import DatabaseHealth
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.tasks.dwd.facts import load_fact
-from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.quarantine import QuarantinedRow, held
 from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
 from feiqiu_etl.tasks.dwd.staging import LoadCounts

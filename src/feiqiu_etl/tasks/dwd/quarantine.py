@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from feiqiu_etl.tasks.dwd.casts import Fragment, param, source_ident
-from feiqiu_etl.tasks.dwd.mapping import DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdTable
 
 QUARANTINE_TABLE = ("etl_meta", "dwd_quarantine")
 _Q = sql.Identifier(*QUARANTINE_TABLE)

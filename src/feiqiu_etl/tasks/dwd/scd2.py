@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from feiqiu_etl.tasks.dwd.casts import names, same_key, source_ident, target_ident
-from feiqiu_etl.tasks.dwd.mapping import DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdTable
 from feiqiu_etl.tasks.dwd.schema import OPEN_END
 from feiqiu_etl.tasks.dwd.staging import MARK, STAGE, LoadCounts, ods_key_columns, stage_source, table_lock
 from feiqiu_etl.tasks.dwd.watermark import (

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from feiqiu_etl.db.schema import ensure_schemas
 from feiqiu_etl.tasks.dwd.casts import names, sql_type, target_ident
-from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdMapping, DwdTable
 from feiqiu_etl.tasks.dwd.quarantine import ensure_quarantine_table
 from feiqiu_etl.tasks.dwd.watermark import ensure_change_tracking
 

@@ -24,7 +24,7 @@ from feiqiu_etl.tasks.dwd.casts import (
     INPUT_ERROR_FUNCTION, Fragment, cast_error_sql, cast_input, cast_sql, json_text, names, param, same_key,
     source_ident, sql_type, target_ident,
 )
-from feiqiu_etl.tasks.dwd.mapping import DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdTable
 
 STAGE = sql.Identifier("pg_temp", "dwd_stage")
 _STAGE_NAME = sql.Identifier("dwd_stage")

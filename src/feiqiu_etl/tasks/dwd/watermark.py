@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 
 from feiqiu_etl.tasks.dwd.casts import target_ident
-from feiqiu_etl.tasks.dwd.mapping import DwdMapping, DwdTable
+from feiqiu_etl.connector.dwd_mapping import DwdMapping, DwdTable
 
 DIM_WATERMARK_TABLE = ("etl_meta", "dwd_dim_watermark")
 SAFETY = timedelta(hours=1)

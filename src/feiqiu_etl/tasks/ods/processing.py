@@ -87,7 +87,7 @@ class SnapshotState:
 @dataclass
 class PageTotals:
     """Page 1's ``total`` of every listing of a task (thread-safe), for the live estimate
-    (:func:`feiqiu_etl.plan.estimates.live_estimate`): a listing needs exactly ``total // limit + 1`` pages."""
+    (:func:`feiqiu_etl.estimates.live_estimate`): a listing needs exactly ``total // limit + 1`` pages."""
 
     _seen: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

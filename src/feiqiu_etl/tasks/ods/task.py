@@ -1,8 +1,8 @@
 """``BaseOdsTask``: runs one planned ODS task for one store through a ``UnifiedPipeline`` (spec §3.5).
 
-The windows come from the plan (:class:`~feiqiu_etl.plan.model.TaskPlan`): half-open segments of at most
+The windows come from the plan (a :class:`PlannedTask`, e.g. the plan's ``TaskPlan``): half-open segments of at most
 31 days (upstream-api §1.2). ``execute()`` records the incremental horizon before any request (so that a
-segment that fails is still a gap for the next run), seeds page 1 of every segment (or of the snapshot)
+segment that fails is still a hole for the next run), seeds page 1 of every segment (or of the snapshot)
 plus details still owed from earlier runs, and runs the pipeline with :class:`OdsProcessor` as
 ``process_fn`` and :class:`OdsWriter` as ``write_fn``. Scope completions checkpoint a segment (all its
 pages and details committed) or apply the snapshot soft delete (only after a provably complete snapshot,
@@ -15,26 +15,52 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator, Protocol
 
 import psycopg
 
-from feiqiu_etl.connector.spec import split_table
+from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.db.health import DatabaseHealth, DirectSlot
-from feiqiu_etl.connector.windows import fmt, from_aware, to_aware
+from feiqiu_etl.connector.windows import Window, fmt, from_aware, to_aware
 from feiqiu_etl.pipeline.cancellation import CancellationToken
+from feiqiu_etl.estimates import Estimate, ListProgress, live_estimate
+from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.errors import AbortPipeline
 from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, WriteResult
 from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
-from feiqiu_etl.plan.estimates import ListProgress, live_estimate
-from feiqiu_etl.plan.model import Estimate, TaskPlan
 from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotState
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
+
+
+class PlannedTask(Protocol):
+    """What an ODS task reads of its plan: the spec, the store, the effective pipeline settings, the window
+    segments, the incremental horizon, the estimate, whether it is a first load and how many details to re-check (and the fraction of one carried over).
+    The plan's :class:`~feiqiu_etl.plan.model.TaskPlan` is one; the task package names what it needs instead of
+    importing the plan (the plan is built above the tasks)."""
+
+    @property
+    def spec(self) -> OdsTaskSpec: ...
+    @property
+    def site_id(self) -> int: ...
+    @property
+    def config(self) -> PipelineConfig: ...
+    @property
+    def windows(self) -> tuple[Window, ...]: ...
+    @property
+    def horizon(self) -> datetime | None: ...
+    @property
+    def estimate(self) -> Estimate: ...
+    @property
+    def first_load(self) -> bool: ...
+    @property
+    def recheck_budget(self) -> int: ...
+    @property
+    def recheck_credit(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -93,7 +119,7 @@ class TaskRun:
         }
 
     @classmethod
-    def not_run(cls, task: TaskPlan, reason: str, status: str, lane: str | None = None) -> "TaskRun":
+    def not_run(cls, task: PlannedTask, reason: str, status: str, lane: str | None = None) -> "TaskRun":
         """A planned task that never started (its store or lane stopped, or the run was cancelled)."""
         spec = task.spec
         result = PipelineResult(status=status, cancelled=status == "CANCELLED")
@@ -110,7 +136,7 @@ class TaskContext:
 
     dsn: str
     run_id: str
-    cancel_token: CancellationToken
+    cancellation: CancellationToken
     conventions: ApiConventions = ApiConventions()
     detail_max_attempts: int = 5
     abortable: bool = False
@@ -135,7 +161,7 @@ class BaseOdsTask:
     ``lane`` within ``context``; ``logger`` is the task's own (its lines go to the task's log block). The
     writer's connection is opened per ``execute``. :meth:`statistics` may be read from any thread."""
 
-    def __init__(self, task: TaskPlan, lane: LaneAccess, context: TaskContext, logger: logging.Logger):
+    def __init__(self, task: PlannedTask, lane: LaneAccess, context: TaskContext, logger: logging.Logger):
         self.task = task
         self.spec = task.spec
         self.lane = lane
@@ -159,8 +185,8 @@ class BaseOdsTask:
         st = pipeline.statistics() if pipeline is not None else None
         if st is None or not st.running:
             return TaskStatistics(**base, requests_remaining=self.task.estimate.requests)
-        known = st.frontier + (st.seeds_left or 0) + (1 if st.lane.in_flight else 0)
-        expected = self.live_estimate().requests  # page 1's total once it answered (plan/estimates.py)
+        known = st.frontier + (st.seeds_left or 0) + (1 if st.scheduler.in_flight else 0)
+        expected = self.live_estimate().requests  # page 1's total once it answered (estimates.py)
         writer = st.writer
         return TaskStatistics(
             **base, state="running", requests=st.requests,
@@ -194,8 +220,8 @@ class BaseOdsTask:
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields, totals=totals)
-            pipeline = UnifiedPipeline(self.lane.transport, self.task.config, lane=self.lane.scheduler,
-                                       cancel_token=ctx.cancel_token, logger=self.logger, tenant=self.lane.tenant,
+            pipeline = UnifiedPipeline(self.lane.transport, self.task.config, scheduler=self.lane.scheduler,
+                                       cancellation=ctx.cancellation, logger=self.logger, tenant=self.lane.tenant,
                                        abortable=ctx.abortable)
             run_started = datetime.now(timezone.utc)
             note: dict[str, str] = {}
@@ -240,7 +266,7 @@ class BaseOdsTask:
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
         re-estimated from page 1's ``total`` of each listing and the details its rows asked for
-        (:func:`feiqiu_etl.plan.estimates.live_estimate`). What a live ETA should use."""
+        (:func:`feiqiu_etl.estimates.live_estimate`). What a live ETA should use."""
         live = self._live
         if live is None:
             return self.task.estimate
@@ -263,7 +289,7 @@ class BaseOdsTask:
 
     # ----------------------------------------------------------------- planning leftovers (I/O)
     def _record_horizon(self, conn: psycopg.Connection) -> None:
-        """Record the incremental horizon before any request, so a failed first segment stays a gap."""
+        """Record the incremental horizon before any request, so a failed first segment stays a hole."""
         horizon = self.task.horizon
         if horizon is not None:
             conn.execute(
@@ -359,7 +385,7 @@ class BaseOdsTask:
             return None
         if scope[0] != "snapshot" or snapshot is None:
             return None
-        if self.ctx.cancel_token.is_cancelled:
+        if self.ctx.cancellation.is_cancelled:
             reason = "the run was cancelled"
         else:
             reason = ("a page or record failed" if not ok else None) or snapshot.incomplete_reason()

@@ -334,6 +334,8 @@ class OdsWriter:
                 continue
             request = detail_request(self.spec, row.record, scope=row.scope if self.detail_scope_follows_rows else None)
             key = (row.site_id, request.context["parent_key"])
+            if key in self.requested_details and key not in self.in_flight:
+                continue  # its detail was fetched (or failed) earlier in this run: once per run (ENGINE-NOTES)
             if key not in self.recorded:
                 self.recorded.add(key)
                 pending.append((self.connector, self.spec.code, row.site_id, key[1], Jsonb(row.record)))

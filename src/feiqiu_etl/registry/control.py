@@ -28,8 +28,8 @@ from psycopg import sql
 
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl.runs import registry
-from feiqiu_etl.runs.lane_guard import LaneGuard
+from feiqiu_etl import registry
+from feiqiu_etl.registry.lane_guard import LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 
 log = logging.getLogger("feiqiu_etl.control")
@@ -51,12 +51,12 @@ class RunControl:
     ``guard`` (optional) is checked each beat and ``on_lane_lost(names)`` is told of lanes whose lock was lost.
     """
 
-    def __init__(self, dsn: str, run_id: str, token: CancellationToken, *, live: Callable[[], RunStatistics],
+    def __init__(self, dsn: str, run_id: str, cancellation: CancellationToken, *, live: Callable[[], RunStatistics],
                  connect: Callable[[str], psycopg.Connection], interval: float = 1.0,
                  guard: LaneGuard | None = None, on_lane_lost: Callable[[list[str]], None] | None = None):
         self._dsn = dsn
         self._run_id = run_id
-        self._token = token
+        self._cancellation = cancellation
         self._live = live
         self._connect = connect
         self._interval = interval
@@ -173,7 +173,7 @@ class RunControl:
         requested_at, by = registry.heartbeat(conn, self._run_id, live)
         self._beats += 1
         self._last_beat = time.monotonic()
-        if requested_at is not None and not self._token.is_cancelled:
+        if requested_at is not None and not self._cancellation.is_cancelled:
             self._cancel(f"cancel requested by {by or 'another process'}")
 
     def _flush_logs(self, conn: psycopg.Connection) -> None:
@@ -207,7 +207,7 @@ class RunControl:
                 if left <= 0:
                     return
                 notes = list(conn.notifies(timeout=min(left, 0.25), stop_after=1))
-                if any(n.payload == self._run_id for n in notes) and not self._token.is_cancelled:
+                if any(n.payload == self._run_id for n in notes) and not self._cancellation.is_cancelled:
                     # Only a recorded request cancels: any role that can connect can NOTIFY, but only
                     # `feiqiu-etl cancel` and the web page (which write etl_meta.run) set the flag.
                     with self._watched(conn):
@@ -223,7 +223,7 @@ class RunControl:
     def _cancel(self, source: str) -> None:
         self._cancel_source = source
         log.warning("%s: stopping (no new requests; what was fetched is written)", source)
-        self._token.cancel("remote")
+        self._cancellation.cancel("remote")
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:

@@ -31,11 +31,10 @@ from psycopg.types.json import Jsonb
 
 CANCEL_CHANNEL = "feiqiu_etl_cancel"
 RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
-"""What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (``runner.flow_runner.new_run_id``); anything
+"""What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (:func:`new_run_id`); anything
 else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
 database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
 STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "INTERRUPTED")
-FINISHED = STATUSES[1:]
 HOST = socket.gethostname()
 
 _LIST_COLUMNS = ("run_id, status, command, started_at, finished_at, heartbeat_at, host, pid, stores, tasks, lanes, "
@@ -110,7 +109,7 @@ def finish_run(conn: psycopg.Connection, run_id: str, *, status: str, exit_code:
     """Record the end of a run (only a run still ``RUNNING`` or ``INTERRUPTED`` is updated). ``totals`` are
     ``RunResult.totals()``: ``rows_written``, ``requests``, ``rejections`` and ``errors`` are kept in the
     run's columns (a missing one as 0; others are ignored). ``late_end``: the run ended then, and its record is
-    written late (:mod:`feiqiu_etl.runs.late`: ``recorded_late_at`` = now); None: it ends now."""
+    written late (:mod:`feiqiu_etl.registry.late`: ``recorded_late_at`` = now); None: it ends now."""
     counts = [int((totals or {}).get(k, 0)) for k in ("rows_written", "requests", "rejections", "errors")]
     conn.execute(
         "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, "
@@ -165,11 +164,8 @@ def run_requests(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]:
 def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
     """Mark ``INTERRUPTED`` every ``RUNNING`` run whose process is gone: on this host, its pid is dead (or now
     belongs to another process); elsewhere, its heartbeat is older than ``stale_after`` seconds. Returns
-    the run ids marked, after alerting about them when alerts are configured (bounded, never raises). Records
-    kept because the database did not answer when their run ended are written first (:mod:`.late`)."""
-    from feiqiu_etl.runs.late import record_late
-
-    record_late(conn)
+    the run ids marked (:func:`feiqiu_etl.alerts.sweep_and_alert` alerts about them: what commands call; it
+    writes the records kept because the database did not answer when their run ended first, :mod:`.late`)."""
     rows = conn.execute(
         "SELECT run_id, host, pid, process_started, heartbeat_at, now() - coalesce(heartbeat_at, started_at) "
         "FROM etl_meta.run WHERE status = 'RUNNING'").fetchall()
@@ -191,10 +187,6 @@ def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> li
             if done.rowcount:  # not when another process marked it (or the run finished) meanwhile
                 marked.append(run_id)
     conn.commit()
-    if marked:  # alert once: only this sweep marked them (the UPDATE above is conditional)
-        from feiqiu_etl.alerts import after_sweep
-
-        after_sweep(conn, marked)
     return marked
 
 
@@ -349,7 +341,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def freshness(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]]:
+def last_loaded(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]]:
     """Per store and task: end of the newest finished window segment (windowed) or time of the last
     complete snapshot, and the details still owed."""
     with conn.cursor(row_factory=dict_row) as cur:

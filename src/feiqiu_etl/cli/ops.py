@@ -4,54 +4,15 @@ a durable flag plus LISTEN/NOTIFY, so the run stops within a second)."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Iterator
 
 import click
 import psycopg
 
-from feiqiu_etl.cli import _setup_logging, common_options, settings
-from feiqiu_etl.errortext import one_line
-from feiqiu_etl.flowcli import UsageFailure, check_database, connector_for, database
-from feiqiu_etl.runs import registry
-from feiqiu_etl.textsafe import escape, terminal_json
-
-def dsn_option(fn):
-    fn = click.option("--demo", is_flag=True, help="the demo's database (feiqiu_demo) on the embedded server")(fn)
-    return click.option("--dsn", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server")(fn)
-json_option = click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
-
-
-@contextlib.contextmanager
-def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connection]:
-    """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED. ``dsn`` is
-    the ``--dsn`` flag (else ``$ETL_DB_DSN``, else the embedded server); ``demo`` opens the demo's database on
-    the embedded server instead."""
-    from feiqiu_etl.config.settings import reveal
-    from feiqiu_etl.db.embedded import DEFAULT_DATABASE
-    from feiqiu_etl.db.schema import ensure_schemas
-    from feiqiu_etl.demo import DEMO_DATABASE
-
-    config = settings({"db_dsn": dsn})
-    dsn = None if demo else reveal(config.db_dsn)
-    timeout, stale = config.db.connect_timeout, config.run.stale_after
-    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
-        check_database(real_dsn, None, timeout)
-        try:
-            with connector_for(timeout)(real_dsn) as conn:
-                ensure_schemas(conn)
-                registry.sweep_interrupted(conn, stale)
-                yield conn
-        except psycopg.Error as exc:
-            from feiqiu_etl.db.connection import scrub
-
-            raise UsageFailure(f"database error: {scrub(one_line(exc, None, with_type=False), real_dsn)}") from None
-
-
-def _echo_json(data) -> None:
-    """JSON as the web API gives it (:func:`registry.jsonable`): seconds as numbers, ISO 8601 times."""
-    click.echo(terminal_json(registry.jsonable(data)))
+from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, setup_logging, warehouse
+from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl import registry
+from feiqiu_etl.textsafe import escape
 
 
 def _resolve(conn: psycopg.Connection, run_id: str) -> str:
@@ -96,11 +57,11 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
 @common_options
 def runs(limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
     """List runs, newest first: status, start, duration, stores, tasks, rows, requests, rejections, errors."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
         rows = registry.list_runs(conn, limit=limit, status=status, store=store)
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     if not rows and (status or store is not None):  # "no runs recorded yet" would be wrong
         click.echo(f"no {status.upper() + ' ' if status else ''}runs{f' of store {store}' if store is not None else ''}"
@@ -119,11 +80,11 @@ def runs(limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
 def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     """Everything about one run (RUN_ID, a unique prefix of it, or "last"): lanes, stores, tasks, windows,
     counts, every error, timings and the run's stored log."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
         run = registry.get_run(conn, _resolve(conn, run_id))
     if as_json:
-        _echo_json(run)
+        echo_json(run)
         return
     from feiqiu_etl.report import render_show
 
@@ -142,10 +103,10 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
 def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
     """What each running run is doing now: per lane the current request, the next request due and why, queue
     depths, rows and rows/s, requests done and estimated remaining, ETA."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
         if as_json:
-            _echo_json(registry.running(conn))
+            echo_json(registry.running(conn))
             return
         from feiqiu_etl.report import render_status
 
@@ -199,7 +160,7 @@ def _ended(conn: psycopg.Connection, run_id: str) -> str:
 def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
     """Cancel a running run from any process: it stops sending at once, writes what was fetched and ends
     CANCELLED (exit 5 of the run); a rerun completes it. Exit 0 when cancelled, 2 when it was not running."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
         rid = _resolve(conn, run_id)
         asked = time.monotonic()
@@ -215,7 +176,7 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
             time.sleep(0.05)
         took = time.monotonic() - asked
     if as_json:
-        _echo_json({"run_id": rid, "requested": True, "status": final, "seconds": round(took, 3)})
+        echo_json({"run_id": rid, "requested": True, "status": final, "seconds": round(took, 3)})
     elif final == "RUNNING":
         click.echo(f"cancel requested for run {rid}; it is still finishing (see feiqiu-etl status)")
     else:
@@ -233,7 +194,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
     """Details still owed by earlier runs (fetched first by the next run), with attempts and last error."""
     if ctx.invoked_subcommand is not None:
         return
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
         from psycopg.rows import dict_row
 
@@ -245,7 +206,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
                 "AND (%(s)s::bigint IS NULL OR site_id = %(s)s) ORDER BY task_code, site_id, updated_at",
                 {"t": code, "s": site_id}).fetchall()
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
         return
     from feiqiu_etl.report import render_details
 
@@ -261,7 +222,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
 @common_options
 def details_drop(task_code, parents, site_id, drop_all, dsn, demo, verbose, log_format) -> None:
     """Drop owed details of TASK_CODE on purpose: the given PARENT keys, or all of them with --all."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     if not parents and not drop_all:
         raise UsageFailure("name the parent keys to drop, or pass --all")
     with warehouse(dsn, demo) as conn:

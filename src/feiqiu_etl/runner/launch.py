@@ -73,15 +73,15 @@ def on_hard_abort(fn: Callable[[], None]):
 
 
 @contextlib.contextmanager
-def signals_cancel(token: CancellationToken) -> Iterator[None]:
-    """First SIGINT/SIGTERM → ``token.cancel()`` (graceful); a second one aborts at once (exit 130), after
+def signals_cancel(cancellation: CancellationToken) -> Iterator[None]:
+    """First SIGINT/SIGTERM → ``cancellation.cancel()`` (graceful); a second one aborts at once (exit 130), after
     running the hard-abort cleanups (the embedded server is stopped; nothing is left running)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if token.is_cancelled:
+        if cancellation.is_cancelled:
             os.write(2, b"\nsecond signal: aborting now\n")
             logging.disable(logging.CRITICAL)  # no "database not answering" from threads as our server stops
             for cleanup in list(_HARD_ABORT):
@@ -92,7 +92,7 @@ def signals_cancel(token: CancellationToken) -> Iterator[None]:
         # moved the cursor behind it and left two stale display lines), and --log-format json stays JSON.
         logging.getLogger("feiqiu_etl").warning("cancelling: no new requests; writing what was fetched "
                                                 "(signal again to abort)")
-        token.cancel("signal")
+        cancellation.cancel("signal")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -165,7 +165,7 @@ def connector_for(timeout: float, limits=None) -> Callable[[str], psycopg.Connec
     return open_connection
 
 
-def check_database(dsn: str, token: CancellationToken | None = None, timeout: float = 10.0) -> None:
+def check_database(dsn: str, cancellation: CancellationToken | None = None, timeout: float = 10.0) -> None:
     """Connect once before any request, within ``timeout`` seconds and cancellable: an unreachable or silent
     database is a one-line error (exit 2); a cancel while connecting ends the command (exit 5)."""
     from feiqiu_etl.db.connection import connect, redact_dsn, scrub
@@ -183,7 +183,7 @@ def check_database(dsn: str, token: CancellationToken | None = None, timeout: fl
     worker.start()
     while worker.is_alive():
         worker.join(0.1)
-        if token is not None and token.is_cancelled and worker.is_alive():
+        if cancellation is not None and cancellation.is_cancelled and worker.is_alive():
             raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
     error = outcome.get("error")
     if error is not None:
@@ -207,7 +207,7 @@ def prepare_inputs(options):
 def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     """Prepare the database (DDL, vanished runs → INTERRUPTED), read history and build the plan."""
     from feiqiu_etl.plan import build_plan, read_history
-    from feiqiu_etl.runner import prepare_database
+    from feiqiu_etl.runner.flow_runner import prepare_database
 
     stale = inputs.settings.run.stale_after
     prepare_database(conn, inputs.connector, stale_after=stale)
@@ -218,7 +218,7 @@ def plan_run(inputs, conn: psycopg.Connection, *, now=None):
 
 @dataclass
 class _Planned:
-    """The plan and the warehouse's identity (:func:`feiqiu_etl.runs.late.database_identity`) — or, when the
+    """The plan and the warehouse's identity (:func:`feiqiu_etl.registry.late.database_identity`) — or, when the
     database stopped answering while planning, the FAILED ``result`` (exit 7) of a run that never started."""
 
     plan: Any = None
@@ -226,22 +226,22 @@ class _Planned:
     result: Any = None
 
 
-def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection], token: CancellationToken | None,
-                 invocation, *, now=None) -> _Planned:
+def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection],
+                 cancellation: CancellationToken | None, invocation, *, now=None) -> _Planned:
     """:func:`plan_run` with the run's database bounds: on a connection of its own that the database watchdog
     watches, retried after a lost connection (DDL and reads: idempotent), given up after ``db.unavailable_limit``.
     A database that stops answering here ends the run FAILED (exit 7) with its record kept for later
-    (:mod:`feiqiu_etl.runs.late`); a cancel meanwhile is :class:`CancelledEarly`; any other database error a
+    (:mod:`feiqiu_etl.registry.late`); a cancel meanwhile is :class:`CancelledEarly`; any other database error a
     :class:`UsageFailure` (exit 2), as before."""
     from feiqiu_etl.db.health import DatabaseHealth
-    from feiqiu_etl.runner import RunResult
+    from feiqiu_etl.runner.results import RunResult
     from feiqiu_etl.runner.flow_runner import keep_late_record
-    from feiqiu_etl.runs.late import database_identity
+    from feiqiu_etl.registry.late import database_identity
 
     limits = DbLimits.of(inputs.settings.db)
     health = DatabaseHealth(dsn, connect, limits=DbLimits(limits.connect_timeout, limits.unavailable_limit, 1,
                                                           limits.statement_timeout),
-                            cancel_event=token.event if token is not None else None)
+                            cancel_event=cancellation.event if cancellation is not None else None)
     out = _Planned()
     started = datetime.now(timezone.utc)
 
@@ -252,7 +252,7 @@ def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection],
     try:
         out.plan = health.slot().run(planning)
     except DatabaseUnavailable as exc:
-        if token is not None and token.is_cancelled:
+        if cancellation is not None and cancellation.is_cancelled:
             raise CancelledEarly("cancelled while preparing the database; nothing was run") from None
         result = RunResult(invocation.run_id, inputs.connector.name, database_lost=True,
                            error=f"database unavailable while preparing the run: {_db_error(exc, dsn)}")
@@ -272,27 +272,28 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
                  progress: bool = True, abortable: bool = True):
     """Validate, start the database if needed (the settings' ``db_dsn``: ``--dsn``, ``$ETL_DB_DSN``, else
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
-    Returns the :class:`~feiqiu_etl.runner.RunResult` (also of a run that ended because the database stopped
-    answering while it was planned: FAILED, exit 7). Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
-    from feiqiu_etl.runner import FlowRunner, RunnerWiring
-    from feiqiu_etl.runs.registry import Invocation
+    Returns the :class:`~feiqiu_etl.runner.results.RunResult` (also of a run that ended because the database
+    stopped answering while it was planned: FAILED, exit 7). Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
+    from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
-    token = CancellationToken(timeout=options.timeout)
+    cancellation = CancellationToken(timeout=options.timeout)
     invocation = Invocation(command=command, args=args or {})
     try:
-        with signals_cancel(token), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
-            if token.is_cancelled:
+        with signals_cancel(cancellation), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
+            if cancellation.is_cancelled:
                 raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
-            check_database(real_dsn, token, db_timeout)
-            planned = plan_bounded(inputs, real_dsn, connect, token, invocation, now=options.now)
+            check_database(real_dsn, cancellation, db_timeout)
+            planned = plan_bounded(inputs, real_dsn, connect, cancellation, invocation, now=options.now)
             if planned.result is not None:
                 return planned.result
             wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable,
                                   database=planned.database)
-            runner = FlowRunner(planned.plan, real_dsn, invocation=invocation, cancel_token=token, wiring=wiring)
+            runner = FlowRunner(planned.plan, real_dsn, invocation=invocation, cancellation=cancellation,
+                                wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.settings.progress.heartbeat_seconds
@@ -302,7 +303,7 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 raise DatabaseLost(f"database unavailable: {_db_error(exc, real_dsn)}") from None
     finally:
-        token.dispose()
+        cancellation.dispose()
 
 
 def _db_error(exc: BaseException, dsn: str) -> str:
@@ -312,18 +313,18 @@ def _db_error(exc: BaseException, dsn: str) -> str:
     return scrub(one_line(exc, with_type=False), dsn)
 
 
-def execute_in_process(options, dsn: str | None = None, token: CancellationToken | None = None, *,
+def execute_in_process(options, dsn: str | None = None, cancellation: CancellationToken | None = None, *,
                        invocation=None, abortable: bool = True, client_factory=None, heartbeat: float | None = None,
                        progress: Callable[[str], None] | None = None):
     """Run in this process against an existing database — ``dsn``, else the settings' ``db_dsn`` (``options.dsn``,
     ``$ETL_DB_DSN``) — with no signal handling, no progress display and no embedded server: what tests and
-    orchestrators (Dagster) call. ``invocation`` (:class:`~feiqiu_etl.runs.registry.Invocation`, default: the
+    orchestrators (Dagster) call. ``invocation`` (:class:`~feiqiu_etl.registry.Invocation`, default: the
     command ``run`` without arguments) is what the run's record says started it. ``progress`` receives the lines
     the CLI prints without a terminal, as they happen (:func:`feiqiu_etl.report.progress_lines`: one per
-    finished task, one per ``progress.heartbeat_seconds``). Raises :class:`UsageFailure` for a bad configuration, no database or an
-    unreachable one; returns the :class:`~feiqiu_etl.runner.RunResult`."""
-    from feiqiu_etl.runner import FlowRunner, RunnerWiring
-    from feiqiu_etl.runs.registry import Invocation
+    finished task, one per ``progress.heartbeat_seconds``). Raises :class:`UsageFailure` for a bad configuration,
+    no database or an unreachable one; returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
+    from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
+    from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     dsn = dsn or reveal(inputs.settings.db_dsn)
@@ -332,15 +333,15 @@ def execute_in_process(options, dsn: str | None = None, token: CancellationToken
                            "embedded server")
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
-    check_database(dsn, token, db_timeout)
+    check_database(dsn, cancellation, db_timeout)
     invocation = invocation or Invocation()
-    planned = plan_bounded(inputs, dsn, connect, token, invocation, now=options.now)
+    planned = plan_bounded(inputs, dsn, connect, cancellation, invocation, now=options.now)
     if planned.result is not None:
         return planned.result
     kw = {"client_factory": client_factory} if client_factory is not None else {}
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
                           database=planned.database, **kw)
-    runner = FlowRunner(planned.plan, dsn, invocation=invocation, cancel_token=token, wiring=wiring)
+    runner = FlowRunner(planned.plan, dsn, invocation=invocation, cancellation=cancellation, wiring=wiring)
     if progress is None:
         return runner.run()
     from feiqiu_etl.report import progress_lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from feiqiu_etl.cli import _run_options, _setup_logging, common_options, with_run_options
+from feiqiu_etl.cli.options import common_options, setup_logging, to_run_options, with_run_options
 
 
 @click.group()
@@ -21,13 +21,13 @@ def config() -> None:
 def config_show(as_json, verbose, log_format, **p) -> None:
     """Every effective setting (global, and per task where a layer set it) and where it came from. Accepts the
     options of ``run`` so that flags, ``--set`` and a ``--fleet`` file's lanes show up as they would apply."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     from feiqiu_etl.config import ConfigError
     from feiqiu_etl.connector import ConnectorError, load_connector
-    from feiqiu_etl.flowcli import UsageFailure
+    from feiqiu_etl.runner.launch import UsageFailure
     from feiqiu_etl.plan.fleet import FleetError, load_fleet
 
-    options = _run_options(p)
+    options = to_run_options(p)
     try:
         connector = load_connector(options.connector_path)
         fleet = load_fleet(options.fleet_path) if options.fleet_path else None
@@ -45,14 +45,14 @@ def config_show(as_json, verbose, log_format, **p) -> None:
 
         click.echo(terminal_json(rows))
         return
-    from feiqiu_etl.report import _compact, _console
+    from feiqiu_etl.report import compact_table, stdout_console
 
-    table = _compact()
+    table = compact_table()
     for col in ("key", "value", "source"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else r["value"], r["source"])
-    console = _console()
+    console = stdout_console()
     console.print(table)
     for note in notes:
         console.print(f"(!) {note}", style="yellow", overflow="fold", markup=False)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import click
 
-from feiqiu_etl.cli import _setup_logging, common_options, settings
-from feiqiu_etl.flowcli import UsageFailure, check_database, database
+from feiqiu_etl.cli.options import common_options, listen, settings, setup_logging
+from feiqiu_etl.runner.launch import UsageFailure, check_database, database
 
 DAGSTER_DATABASE = "dagster"
 """The embedded server's database for Dagster's own storage."""
@@ -86,11 +86,10 @@ def dagster() -> None:
 def dev(fleet_path, port, home, dsn, verbose, log_format) -> None:
     """Run Dagster on this machine over the embedded PostgreSQL: the UI on 127.0.0.1, the daemon, the fleet's
     assets, pools of one slot per token (docs/scale-out.md). Ctrl-C stops."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     _need_dagster()
     from psycopg.conninfo import make_conninfo
 
-    from feiqiu_etl.commands.web import _listen
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.dagster import FleetDefinitionsError, build_definitions
     from feiqiu_etl.dagster.instance import InstanceSettings, instance_yaml, storage_url
@@ -102,7 +101,7 @@ def dev(fleet_path, port, home, dsn, verbose, log_format) -> None:
         build_definitions(fleet)  # the fleet and connector files, checked before anything starts
     except FleetDefinitionsError as exc:
         raise UsageFailure(str(exc)) from None
-    _listen("127.0.0.1", port).close()  # a port in use is one line now, not a Dagster traceback later
+    listen("127.0.0.1", port).close()  # a port in use is one line now, not a Dagster traceback later
     config = settings({"db_dsn": dsn})
     warehouse = reveal(config.db_dsn)
     folder = dagster_home(home)

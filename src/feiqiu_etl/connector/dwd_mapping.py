@@ -327,7 +327,7 @@ class MappingModel(_Strict):
 
 def default_mapping_path() -> Path:
     """The bundled Feiqiu mapping, ``connector/feiqiu.dwd.yaml``."""
-    return Path(__file__).resolve().parents[2] / "connector" / "feiqiu.dwd.yaml"
+    return Path(__file__).resolve().parent / "feiqiu.dwd.yaml"
 
 
 def load_dwd_mapping(path: str | Path | None = None) -> DwdMapping:

@@ -14,25 +14,10 @@ import socket
 
 import click
 
-from feiqiu_etl.cli import _setup_logging, common_options, settings
-from feiqiu_etl.commands.ops import dsn_option, warehouse
-from feiqiu_etl.flowcli import UsageFailure, database
+from feiqiu_etl.cli.options import common_options, dsn_option, listen, settings, setup_logging, warehouse
+from feiqiu_etl.runner.launch import UsageFailure, database
 
 MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: it loads Starlette)
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0 = any free port); one-line error if impossible."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-        sock.set_inheritable(True)
-    except OSError as exc:
-        raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
 
 
 @click.command()
@@ -55,7 +40,7 @@ def _listen(host: str, port: int) -> socket.socket:
 def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, demo, verbose, log_format) -> None:
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
     and the JSON API (README "The web page")."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.web.security import needs_token, token_problem
 
@@ -73,10 +58,10 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, de
         connector = load_connector(connector_path)
     except (ConnectorError, OSError) as exc:
         raise UsageFailure(str(exc)) from None
-    from feiqiu_etl.commands.freshness_cmd import schedule_for
+    from feiqiu_etl.cli.freshness import schedule_for
 
     schedule = schedule_for(fleet_path, connector)
-    sock = _listen(host, port)
+    sock = listen(host, port)
     try:
         _serve(sock, host, config, stale_hours, connector, demo, verbose, schedule)
     finally:

@@ -1,7 +1,7 @@
 """``feiqiu-etl freshness``: the web page's freshness table from a shell, with an exit code for monitors.
 
 Per store and task: the end of the newest finished window (or the last complete snapshot), its age, the
-owed details, and whether it is stale — by the one rule of :mod:`feiqiu_etl.runs.freshness`, judging only
+owed details, and whether it is stale — by the one rule of :mod:`feiqiu_etl.registry.freshness`, judging only
 the tasks each store is scheduled for (``--fleet``: each lane's ``tasks:``; else every task of the
 connector). ``--fail-stale`` exits 8 when a row is stale (0 otherwise), like dbt's ``source freshness``.
 When alerts are configured (``--alerts FILE``, ``FEIQIU_ALERTS``, ``FEIQIU_ALERT_URLS``) and the stale
@@ -15,10 +15,10 @@ import sys
 import click
 
 from feiqiu_etl import exitcodes
-from feiqiu_etl.cli import _setup_logging, common_options, use_alerts
-from feiqiu_etl.commands.ops import _echo_json, dsn_option, json_option, warehouse
-from feiqiu_etl.flowcli import UsageFailure
-from feiqiu_etl.runs.freshness import DEFAULT_STALE_HOURS, Schedule
+from feiqiu_etl.cli.options import (common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts,
+                                    warehouse)
+from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 
 
 def schedule_for(fleet_path: str | None, connector) -> Schedule:
@@ -28,7 +28,7 @@ def schedule_for(fleet_path: str | None, connector) -> Schedule:
     if not fleet_path:
         return Schedule.everything(codes)
     from feiqiu_etl.plan.fleet import FleetError
-    from feiqiu_etl.runs.freshness import schedule_from_fleet
+    from feiqiu_etl.registry.freshness import schedule_from_fleet
 
     try:
         return schedule_from_fleet(fleet_path, codes)
@@ -54,10 +54,10 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
               log_format) -> None:
     """How fresh the data of each store and task is (the web page's Freshness table). Exit 0, or with
     --fail-stale 8 when some scheduled store/task is older than --hours or never loaded."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     from feiqiu_etl.alerts import active, after_freshness
     from feiqiu_etl.connector import ConnectorError, load_connector
-    from feiqiu_etl.runs.freshness import freshness_report
+    from feiqiu_etl.registry.freshness import freshness_report
 
     try:
         connector = load_connector(connector_path)
@@ -72,7 +72,7 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
         report = freshness_report(conn, connector.name, schedule, hours)
         report["alerts"] = after_freshness(conn, connector.name, report["rows"], hours, config) if config else []
     if as_json:
-        _echo_json(report)
+        echo_json(report)
     else:
         _render(report)
     if fail_stale and report["stale"]:
@@ -82,16 +82,16 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
 def _render(report: dict) -> None:
     from rich.text import Text
 
-    from feiqiu_etl.report import _compact, _console
+    from feiqiu_etl.report import compact_table, stdout_console
     from feiqiu_etl.web.format import age, ts
 
-    console = _console()
+    console = stdout_console()
     rows = report["rows"]
     hours = report["stale_after_hours"]
     if not rows:
         console.print(f"connector {report['connector']}: nothing scheduled has been loaded yet")
         return
-    table = _compact()
+    table = compact_table()
     for col in ("store", "task", "kind", "fresh until", "age", "owed details"):
         table.add_column(col, no_wrap=True, justify="right" if col in ("age", "owed details") else "left")
     for r in rows:

@@ -16,7 +16,8 @@ Details still owed by earlier runs come on top. While a task runs, page 1 of eac
 tells its ``total``: the list needs exactly ``total // limit + 1`` pages (it ends at the first short page,
 upstream-api.md §1.3), and its rows the details to expect (:func:`live_estimate`).
 
-Pure: no I/O, no clock.
+Pure: no I/O, no clock. Below both the plan (which estimates) and the tasks (which re-estimate while they
+run): neither imports the other.
 """
 
 from __future__ import annotations
@@ -29,9 +30,27 @@ from typing import Any, Mapping, Sequence
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, parse_local, subtract
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.plan.model import Estimate
 
 DAY_SECONDS = 86400.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Expected requests of a task (list pages + details, re-checks included) and lane seconds; ``basis``
+    says where it came from (``"history"``: the last runs of this task and store; ``"contract"``: the
+    documented volumes, upstream-api.md §4.1; ``"catalog"``: one page per window segment or snapshot, details
+    unknown; ``"live"``: re-estimated from the first pages of a running task). ``rows``: list records
+    expected. See this module."""
+
+    list_requests: int = 0
+    detail_requests: int = 0
+    seconds: float = 0.0
+    basis: str = "catalog"
+    rows: int = 0
+
+    @property
+    def requests(self) -> int:
+        return self.list_requests + self.detail_requests
 
 
 def pages_for(rows: float, limit: int) -> int:

@@ -9,8 +9,8 @@ import sys
 import click
 
 from feiqiu_etl import exitcodes
-from feiqiu_etl.cli import _setup_logging, common_options
-from feiqiu_etl.flowcli import UsageFailure
+from feiqiu_etl.cli.options import common_options, setup_logging
+from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.textsafe import escape, terminal_json
 
 
@@ -28,7 +28,7 @@ def alerts() -> None:
 def alerts_test(target, alerts_path, as_json, verbose, log_format) -> None:
     """Send a sample alert to TARGET (a target name of the file, or url1, url2 … for FEIQIU_ALERT_URLS), or to
     every target. Prints per target: sent or failed, why, and how long it took."""
-    _setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format)
     from feiqiu_etl.alerts import AlertsConfigError, load_alerts, send_test
 
     try:

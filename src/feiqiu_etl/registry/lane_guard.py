@@ -24,7 +24,7 @@ from typing import Callable
 
 import psycopg
 
-from feiqiu_etl.runs.registry import HOST
+from feiqiu_etl.registry import HOST
 
 log = logging.getLogger("feiqiu_etl.lane_guard")
 POLL = 0.25

@@ -4,7 +4,7 @@ A run whose database stops answering (frozen, gone) ends all the same — FAILED
 but it cannot write its record. So it keeps the record (:class:`LateRecord`: the start and the end, as
 ``registry.start_run``/``finish_run`` would have written them) in ``<home>/late-records/<run id>.json`` (mode
 0600, in a 0700 folder). Every command that opens a database sweeps its runs first
-(:func:`feiqiu_etl.runs.registry.sweep_interrupted`); before that sweep, :func:`record_late` writes the records
+(:func:`feiqiu_etl.alerts.sweep_and_alert`); before that sweep, :func:`record_late` writes the records
 kept for *that* database (the one the run used: host, port and database name as the server reported them
 when it last answered) and removes their files. The record then says when it was written
 (``etl_meta.run.recorded_late_at``), and ``runs``/``show`` say that it was recorded late.
@@ -136,7 +136,7 @@ def record_late(conn: psycopg.Connection, home: Path | None = None) -> list[str]
                 (r.run_id, datetime.fromisoformat(r.started_at), r.command, Jsonb(dict(r.args)),
                  Jsonb(dict(r.config)), r.host, r.pid, r.process_started, r.version,
                  datetime.fromisoformat(r.started_at), list(r.lanes), list(r.stores), list(r.tasks)))
-            from feiqiu_etl.runs.registry import finish_run
+            from feiqiu_etl.registry import finish_run
 
             finish_run(conn, r.run_id, status=r.status, exit_code=r.exit_code,  # commits both
                        summary=dict(r.summary) if r.summary is not None else None, error=r.error, totals=r.totals,

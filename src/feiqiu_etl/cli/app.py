@@ -1,0 +1,100 @@
+"""The ``feiqiu-etl`` group (its own options: ``--env-file``, ``-v``, ``--log-format``), the commands of the
+modules of :mod:`feiqiu_etl.cli` attached to it, and :func:`entry`, the console script's last line of defence."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from feiqiu_etl.cli import alerts, config, dagster, freshness, ops, run, simulate, sql, tasks
+from feiqiu_etl.config import ConfigError, read_dotenv
+from feiqiu_etl.errortext import one_line
+from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.textsafe import escape
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="feiqiu-etl")
+@click.option("--env-file", default=".env", show_default=True, type=click.Path(dir_okay=False),
+              help="read settings and FEIQIU_API_TOKEN / FEIQIU_API_BASE / ETL_DB_DSN from this file "
+                   "(the real environment wins)")
+@click.option("-v", "--verbose", count=True, help="more log output on stderr (also accepted after the command)")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="stderr log lines as text or one JSON object per line")
+@click.pass_context
+def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> None:
+    """Pull the Feiqiu store API through one rate-limited request lane per token into PostgreSQL (ODS + DWD)."""
+    explicit = ctx.get_parameter_source("env_file") != click.core.ParameterSource.DEFAULT
+    try:
+        dotenv = read_dotenv(env_file, required=explicit)
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+    ctx.obj = {"verbose": verbose, "dotenv": dotenv, "log_format": log_format}
+
+
+
+for command in (run.run, run.plan, run.demo, simulate.simulate, sql.sql, tasks.tasks_cmd, ops.runs, ops.show,
+                ops.status, ops.cancel, ops.details, config.config, freshness.freshness, alerts.alerts,
+                dagster.dagster):
+    main.add_command(command)
+try:
+    from feiqiu_etl.cli import web
+except ImportError:  # pragma: no cover - the web page's dependencies are missing
+    pass
+else:
+    main.add_command(web.web)
+
+
+def _json_logs_asked(argv: list[str] | None = None) -> bool:
+    """``--log-format json`` (or ``=json``) anywhere on the command line, parsed or not."""
+    args = sys.argv[1:] if argv is None else argv
+    return "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in zip(args, args[1:]))
+
+
+def entry() -> None:
+    """The console script: ``main`` with a last line of defence — whatever escapes becomes one line on
+    stderr and a documented exit code (7 for the database, 1 for a bug), never a traceback (``-vv`` adds it)."""
+    import logging
+    import traceback
+
+    try:
+        main.main(standalone_mode=False)
+    except click.ClickException as exc:
+        exc.message = escape(exc.message)  # it may quote text from outside (a file, the database): one line
+        if _json_logs_asked():  # a log shipper reading --log-format json gets nothing but JSON
+            from feiqiu_etl.logs import error_record
+
+            click.echo(error_record(exc.format_message()), err=True)
+        else:
+            exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before a run took over, or in a command
+        from feiqiu_etl import exitcodes
+
+        click.echo("interrupted: stopped before finishing", err=True)
+        sys.exit(exitcodes.CANCELLED)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:  # `feiqiu-etl runs --json | head -1`: quietly, exit 1 (Python's and rich's convention)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        import psycopg
+
+        from feiqiu_etl import exitcodes
+        from feiqiu_etl.db.health import DatabaseUnavailable
+
+        text = escape(one_line(exc, 400, with_type=False))
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exc()
+        if isinstance(exc, (psycopg.Error, DatabaseUnavailable)):
+            from feiqiu_etl.db.connection import scrub
+
+            dsn = os.environ.get("ETL_DB_DSN", "")
+            click.echo(f"Error: database unavailable: {scrub(text, dsn) if dsn else text}", err=True)
+            sys.exit(exitcodes.DATABASE_LOST)
+        click.echo(f"Error: internal error ({exc.__class__.__name__}: {text}); please report it "
+                   "(run with -vv for the details)", err=True)
+        sys.exit(1)
