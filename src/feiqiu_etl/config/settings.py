@@ -137,6 +137,10 @@ class DetailSection(_Section):
 class DbSection(_Section):
     connect_timeout: float = Field(10.0, ge=0.5, le=600, description="PostgreSQL connect timeout, s")
     unavailable_limit: float = Field(60.0, ge=1, le=86400, description="s the database may stay away during a run")
+    pool_size: int = Field(16, ge=1, le=1000, description="connections the lanes of a run share (the run's registry, "
+                                                          "lane guard and LISTEN sessions come on top)")
+    statement_timeout: float = Field(600.0, ge=1, le=86400, description="s one statement of a run may run or wait "
+                                                                          "for a lock on a live server")
 
 
 class RunSection(_Section):
@@ -147,6 +151,8 @@ class RunSection(_Section):
                                                                    "lose their stored log and request timeline at "
                                                                    "the end of each run (0 = keep forever; "
                                                                    "feiqiu-etl runs prune)")
+    stall_after: float = Field(900.0, ge=1, le=86400, description="a lane with no progress for this long (s) is "
+                                                                   "reported stalled (status, web, log)")
 
 
 class SqlSection(_Section):

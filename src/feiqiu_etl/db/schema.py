@@ -80,7 +80,8 @@ ALTER TABLE etl_meta.run
     ADD COLUMN IF NOT EXISTS requests integer,
     ADD COLUMN IF NOT EXISTS rejections integer,
     ADD COLUMN IF NOT EXISTS errors integer,
-    ADD COLUMN IF NOT EXISTS pruned_at timestamptz;
+    ADD COLUMN IF NOT EXISTS pruned_at timestamptz,
+    ADD COLUMN IF NOT EXISTS recorded_late_at timestamptz;
 """
 _RUN_TABLES = """
 CREATE INDEX IF NOT EXISTS run_started_idx ON etl_meta.run (started_at DESC);
@@ -167,7 +168,7 @@ def ensure_schemas(conn: psycopg.Connection) -> None:
         conn.execute(_META_DDL)
         migrated = conn.execute(  # the newest column of _RUN_DDL
             "SELECT 1 FROM information_schema.columns WHERE table_schema = 'etl_meta' AND table_name = 'run' "
-            "AND column_name = 'pruned_at'").fetchone()
+            "AND column_name = 'recorded_late_at'").fetchone()
         if not migrated:  # ALTER TABLE locks the table: only when a column is missing
             conn.execute(_RUN_DDL)
         conn.execute(_RUN_TABLES)

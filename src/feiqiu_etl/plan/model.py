@@ -17,6 +17,7 @@ from feiqiu_etl.config.settings import fingerprint
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
+from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
 
@@ -171,9 +172,15 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
-    db_unavailable_limit: float = 60.0
+    db: DbLimits = DbLimits()
+    stall_after: float = 900.0
     retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def db_unavailable_limit(self) -> float:
+        """``db.unavailable_limit`` (s)."""
+        return self.db.unavailable_limit
 
     @property
     def stores(self) -> tuple[int, ...]:

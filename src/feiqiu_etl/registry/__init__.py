@@ -41,7 +41,7 @@ STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "INT
 HOST = socket.gethostname()
 
 _LIST_COLUMNS = ("run_id, status, command, started_at, finished_at, heartbeat_at, host, pid, stores, tasks, lanes, "
-                 "rows_written, requests, rejections, errors, exit_code, error, cancel_requested_at")
+                 "rows_written, requests, rejections, errors, exit_code, error, cancel_requested_at, recorded_late_at")
 # seconds as a float (``extract`` gives numeric, which JSON would carry as a string)
 _DURATION = "extract(epoch FROM coalesce(finished_at, now()) - started_at)::float8 AS duration"
 
@@ -107,16 +107,20 @@ def cancel_request(conn: psycopg.Connection, run_id: str) -> tuple[datetime | No
 
 
 def finish_run(conn: psycopg.Connection, run_id: str, *, status: str, exit_code: int, summary: dict | None,
-               error: str | None = None, totals: Mapping[str, int] | None = None) -> None:
+               error: str | None = None, totals: Mapping[str, int] | None = None,
+               late_end: datetime | None = None) -> None:
     """Record the end of a run (only a run still ``RUNNING`` or ``INTERRUPTED`` is updated). ``totals`` are
     ``RunResult.totals()``: ``rows_written``, ``requests``, ``rejections`` and ``errors`` are kept in the
-    run's columns (a missing one as 0; others are ignored)."""
+    run's columns (a missing one as 0; others are ignored). ``late_end``: the run ended then, and its record is
+    written late (:mod:`feiqiu_etl.registry.late`: ``recorded_late_at`` = now); None: it ends now."""
     counts = [int((totals or {}).get(k, 0)) for k in ("rows_written", "requests", "rejections", "errors")]
     conn.execute(
-        "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, finished_at = now(), "
-        "heartbeat_at = now(), live = NULL, rows_written = %s, requests = %s, rejections = %s, errors = %s "
+        "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, "
+        "finished_at = coalesce(%s, now()), heartbeat_at = coalesce(%s, now()), live = NULL, rows_written = %s, "
+        "requests = %s, rejections = %s, errors = %s, recorded_late_at = CASE WHEN %s THEN now() END "
         "WHERE run_id = %s AND status IN ('RUNNING', 'INTERRUPTED')",
-        (status, exit_code, Jsonb(summary) if summary is not None else None, error, *counts, run_id))
+        (status, exit_code, Jsonb(summary) if summary is not None else None, error, late_end, late_end,
+         *counts, late_end is not None, run_id))
     conn.commit()
 
 
@@ -163,7 +167,8 @@ def run_requests(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]:
 def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
     """Mark ``INTERRUPTED`` every ``RUNNING`` run whose process is gone: on this host, its pid is dead (or now
     belongs to another process); elsewhere, its heartbeat is older than ``stale_after`` seconds. Returns
-    the run ids marked (:func:`feiqiu_etl.alerts.sweep_and_alert` alerts about them: what commands call)."""
+    the run ids marked (:func:`feiqiu_etl.alerts.sweep_and_alert` alerts about them: what commands call; it
+    writes the records kept because the database did not answer when their run ended first, :mod:`.late`)."""
     rows = conn.execute(
         "SELECT run_id, host, pid, process_started, heartbeat_at, now() - coalesce(heartbeat_at, started_at) "
         "FROM etl_meta.run WHERE status = 'RUNNING'").fetchall()
