@@ -148,6 +148,11 @@ class SqlSection(_Section):
     timeout: float = Field(60.0, ge=0.001, le=86400, description="s one `feiqiu-etl sql` statement may run")
 
 
+class StateSection(_Section):
+    reset_timeout: float = Field(30.0, ge=1, le=3600, description="s `feiqiu-etl state reset` may take in the "
+                                                                  "database (statement and lock timeout)")
+
+
 class ProgressSection(_Section):
     heartbeat_seconds: float = Field(30.0, ge=0, le=86400, description="without a terminal, a progress line this "
                                                                         "often, s (0 = never)")
@@ -183,6 +188,7 @@ class Settings(BaseSettings):
     run: RunSection = RunSection()
     progress: ProgressSection = ProgressSection()
     sql: SqlSection = SqlSection()
+    state: StateSection = StateSection()
     api_token: SecretStr | None = Field(None, json_schema_extra=_named("FEIQIU_API_TOKEN", "--token"))
     api_base: str | None = Field(None, json_schema_extra=_named("FEIQIU_API_BASE", "--api-base"))
     db_dsn: SecretStr | None = Field(None, json_schema_extra=_named("ETL_DB_DSN", "--dsn"))
@@ -258,7 +264,7 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "state")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""
