@@ -205,24 +205,40 @@ BAD_BACKFILL = [
 ]
 
 
+def _invoke(*args: str, env: dict | None = None):
+    """The command line in this process (fast); stderr as a real process prints it (``entry`` escapes the
+    message the same way; one real process of each command below checks that path)."""
+    from click.testing import CliRunner
+
+    from feiqiu_etl.cli.app import main
+
+    return CliRunner().invoke(main, list(args), env=env)
+
+
 def test_bad_input_is_one_line_exit_2_before_any_request_and_changes_nothing(sim, pg_dsn):
     site = sim.config.site_ids[0]
     _run(sim, pg_dsn)
     progress = _progress(pg_dsn, "ODS_PAYMENT")
     sim.clear_log()
+    env = {"FEIQIU_API_TOKEN": sim.config.token}
     for args, expected in BAD_RESET:
-        proc = cli("state", "reset", *[a.format(site=site) for a in args], "--dsn", pg_dsn)
-        assert proc.returncode == 2 and expected in one_line_error(proc), (args, proc.stderr)
+        result = _invoke("state", "reset", *[a.format(site=site) for a in args], "--dsn", pg_dsn)
+        assert result.exit_code == 2 and expected in one_line_error(result), (args, result.stderr, result.exception)
     for args, expected in BAD_BACKFILL:
-        proc = cli("run", "--api-base", sim.base_url, "--site-id", str(site), "--dsn", pg_dsn, "--unsafe-gaps",
-                   *args, env=env_for(sim.config.token))
-        assert proc.returncode == 2 and expected in one_line_error(proc), (args, proc.stderr)
+        result = _invoke("run", "--api-base", sim.base_url, "--site-id", str(site), "--dsn", pg_dsn,
+                         "--unsafe-gaps", *args, env=env)
+        assert result.exit_code == 2 and expected in one_line_error(result), (args, result.stderr, result.exception)
+    for proc in (cli("state", "reset", "--store", str(site), "--task", "ODS_PAYMENT", "--from", "2024-03-02",
+                     "--to", "2024-03-01", "--yes", "--dsn", pg_dsn),
+                 cli("run", "--api-base", sim.base_url, "--site-id", str(site), "--dsn", pg_dsn, "--backfill",
+                     "--from", "2024-03-02", "--to", "2024-03-01", env=env_for(sim.config.token))):
+        assert proc.returncode == 2 and "is after --to" in one_line_error(proc), proc.stderr
     assert sim.request_log() == []
     assert _progress(pg_dsn, "ODS_PAYMENT") == progress
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM etl_meta.state_reset").fetchone()[0] == 0
-    shown = cli("state", "show", "--store", "77", "--dsn", pg_dsn)
-    assert shown.returncode == 2 and "no state recorded for store 77" in one_line_error(shown)
+    shown = _invoke("state", "show", "--store", "77", "--dsn", pg_dsn)
+    assert shown.exit_code == 2 and "no state recorded for store 77" in one_line_error(shown)
 
 
 def test_reset_is_refused_with_the_busy_code_while_a_run_holds_the_stores_lane(sim, pg_dsn):
