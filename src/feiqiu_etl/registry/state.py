@@ -23,7 +23,6 @@ advisory lock of every lane (token) that served the store (from the run registry
 
 from __future__ import annotations
 
-import getpass
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Sequence
@@ -34,7 +33,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from feiqiu_etl.connector.windows import Window, from_aware, merge, subtract, to_aware
-from feiqiu_etl.registry import HOST
+from feiqiu_etl.registry import HOST, os_user
 from feiqiu_etl.registry.lane_guard import lock_key
 
 RESETS_SHOWN = 20
@@ -93,14 +92,6 @@ class ResetOutcome:
             out[key] = to_aware(out[key]).isoformat() if out[key] else None
         out["dwd_watermarks"] = list(self.dwd_watermarks)
         return out
-
-
-def os_user() -> str:
-    """The operating-system user of this process ("unknown" when the system has no name for it)."""
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no user name in some containers
-        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------------- reading
