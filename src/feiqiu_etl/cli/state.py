@@ -119,22 +119,27 @@ def show(store_text, task_code, connector_path, dsn, demo, as_json, verbose, log
 
 
 def _at(value: datetime | None) -> str:
-    """A time with its offset, to the second (timestamptz values in the session's zone; windows in +08:00)."""
-    return value.isoformat(sep=" ", timespec="seconds") if value is not None else "-"
+    """A time with its offset, to the minute (timestamptz values in the session's zone)."""
+    return value.isoformat(sep=" ", timespec="minutes") if value is not None else "-"
 
 
-def _window(w: dict[str, datetime]) -> str:
-    return f"{_at(w['start'])[:16]} → {_at(w['end'])[:16]}"
+def _day(value: datetime | None) -> str:
+    """A window time (the table's title gives its zone): the date alone at midnight."""
+    if value is None:
+        return "-"
+    return f"{value:%Y-%m-%d}" if (value.hour, value.minute, value.second) == (0, 0, 0) else f"{value:%Y-%m-%d %H:%M}"
 
 
 def _ranges(items: list[dict[str, datetime]]) -> str:
-    shown = [_window(w) for w in items[:MAX_RANGES]]
+    shown = [f"{_day(w['start'])} → {_day(w['end'])}" for w in items[:MAX_RANGES]]
     if len(items) > MAX_RANGES:
         shown.append(f"… {len(items) - MAX_RANGES} more (--json)")
     return "\n".join(shown) or "-"
 
 
 def _render(data: dict[str, Any]) -> None:
+    """One table per store (fits 80 columns: the high-water mark is the end of the last finished range, the
+    task's kind shows as its snapshot column), then the DWD watermarks and the latest resets."""
     from rich.table import Table
 
     from feiqiu_etl.report import SafeConsole
@@ -143,13 +148,14 @@ def _render(data: dict[str, Any]) -> None:
     if not data["tasks"] and not data["dwd"]:
         console.print("no state recorded yet (a run records it)")
         return
-    if data["tasks"]:
-        table = Table(title=f"state of {data['connector']} ({WINDOW_ZONE})", title_justify="left")
-        for col in ("store", "task", "kind", "finished", "holes", "high-water", "horizon", "snapshot", "owed"):
+    for site in sorted({t["site_id"] for t in data["tasks"]}):
+        table = Table(title=f"store {site} ({WINDOW_ZONE})", title_justify="left")
+        for col in ("task", "finished", "holes", "horizon", "snapshot", "owed"):
             table.add_column(col, justify="right" if col == "owed" else "left")
-        for t in data["tasks"]:
-            table.add_row(str(t["site_id"]), t["task"], t["kind"], _ranges(t["finished"]), _ranges(t["holes"]),
-                          _at(t["high_water"]), _at(t["horizon"]), _at(t["snapshot_at"]), str(t["owed_details"]))
+        for t in (t for t in data["tasks"] if t["site_id"] == site):
+            snapshot = "(windowed)" if t["kind"] == "windowed" else _at(t["snapshot_at"])
+            table.add_row(t["task"], _ranges(t["finished"]), _ranges(t["holes"]), _day(t["horizon"]), snapshot,
+                          str(t["owed_details"]))
         console.print(table)
     if data["dwd"]:
         table = Table(title="DWD watermarks (rows changed after them load next)", title_justify="left")
@@ -159,7 +165,7 @@ def _render(data: dict[str, Any]) -> None:
             table.add_row(w["table"], _at(w["watermark"]), w.get("run_id") or "-", _at(w.get("updated_at")))
         console.print(table)
     for r in data["resets"][:5]:
-        span = f"{_at(r['range_start'])} → {_at(r['range_end'])}" if r["range_start"] or r["range_end"] else "all"
+        span = f"{_day(r['range_start'])} → {_day(r['range_end'])}" if r["range_start"] or r["range_end"] else "all"
         console.print(f"reset #{r['id']} at {_at(r['reset_at'])} by {r['os_user']}@{r['host']}: store {r['site_id']} "
                       f"{r['task']} ({span}){' + DWD watermarks' if r['dwd'] else ''}")
 
