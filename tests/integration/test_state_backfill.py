@@ -269,3 +269,56 @@ def test_reset_is_refused_with_the_busy_code_while_a_run_holds_the_stores_lane(s
         assert conn.execute("SELECT count(*) FROM etl_meta.state_reset").fetchone()[0] == 0
     done = _cli(pg_dsn, "state", "reset", "--store", str(site), "--task", "ODS_PAYMENT", "--yes")
     assert done.returncode == 0, done.stderr  # once the run has ended
+
+
+def _on_a_terminal(args: list[str], answer: bytes, timeout: float = 60) -> tuple[int, str]:
+    """Run ``args`` on a pseudo-terminal, answer ``answer`` to its question; (exit code, what it printed)."""
+    import os
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command line, with the terminal as stdin/stdout/stderr
+        os.execvp(PY[0], [*PY, *args])
+    out, sent, end = b"", False, time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not sent and b"Reset? [y/N]" in out:
+                os.write(fd, answer)
+                sent = True
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+def test_reset_asks_on_a_terminal_and_a_no_changes_nothing(pg_dsn):
+    from feiqiu_etl.db.schema import ensure_schemas
+
+    with psycopg.connect(pg_dsn) as conn:
+        ensure_schemas(conn)
+        conn.execute("INSERT INTO etl_meta.window_progress (connector, task_code, site_id, window_start, window_end, "
+                     "run_id) VALUES (%s, 'ODS_PAYMENT', 5, '2024-03-01 00:00+08', '2024-03-05 00:00+08', 'r1')",
+                     (CONNECTOR.name,))
+    args = ["state", "reset", "--store", "5", "--task", "ODS_PAYMENT", "--from", "2024-03-02", "--to", "2024-03-02",
+            "--dsn", pg_dsn]
+    before = _progress(pg_dsn, "ODS_PAYMENT")
+    code, text = _on_a_terminal(args, b"n\n")
+    assert code == 2 and "not confirmed: nothing reset" in text, text
+    assert "forget the finished windows in [2024-03-02 00:00, 2024-03-03 00:00) (+08:00) (1 finished segment(s)) " \
+           "of ODS_PAYMENT at store 5" in text.replace("\r\n", " ").replace("\n", " ")
+    assert _progress(pg_dsn, "ODS_PAYMENT") == before
+    code, text = _on_a_terminal(args, b"y\n")
+    assert code == 0 and "reset #1 by " in text, text
+    assert [(a.isoformat(), b.isoformat()) for a, b, _, _ in _progress(pg_dsn, "ODS_PAYMENT")] == [
+        ("2024-03-01T00:00:00+08:00", "2024-03-02T00:00:00+08:00"),
+        ("2024-03-03T00:00:00+08:00", "2024-03-05T00:00:00+08:00")]
