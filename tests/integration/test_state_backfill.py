@@ -267,8 +267,17 @@ def test_reset_is_refused_with_the_busy_code_while_a_run_holds_the_stores_lane(s
     assert set(progress) <= set(_progress(pg_dsn, "ODS_PAYMENT"))  # nothing forgotten
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM etl_meta.state_reset").fetchone()[0] == 0
+    # the token's lane held by another process (e.g. a run of another store on the same token): still refused,
+    # the lane found from the finished runs' summaries
+    from feiqiu_etl.registry.lane_guard import lock_key
+
+    with psycopg.connect(pg_dsn, autocommit=True) as holder:
+        [key] = [r[0] for r in holder.execute("SELECT DISTINCT unnest(lanes) FROM etl_meta.run")]
+        holder.execute("SELECT pg_advisory_lock(%s)", (lock_key(key),))
+        busy = _cli(pg_dsn, "state", "reset", "--store", str(site), "--task", "ODS_PAYMENT", "--yes")
+        assert busy.returncode == 6 and "in use by another session" in one_line_error(busy), busy.stderr
     done = _cli(pg_dsn, "state", "reset", "--store", str(site), "--task", "ODS_PAYMENT", "--yes")
-    assert done.returncode == 0, done.stderr  # once the run has ended
+    assert done.returncode == 0, done.stderr  # once the lane is free
 
 
 def _on_a_terminal(args: list[str], answer: bytes, timeout: float = 60) -> tuple[int, str]:

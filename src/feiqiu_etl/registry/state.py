@@ -193,13 +193,17 @@ def _segments(conn: psycopg.Connection, scope: ResetScope, *, lock: bool = False
 
 
 # ---------------------------------------------------------------------------------------------------- the lane
+_ARRAY = "CASE WHEN jsonb_typeof({0}) = 'array' THEN {0} ELSE '[]'::jsonb END"
+"""A JSON value as an array to expand (an older or odd summary expands to nothing instead of failing)."""
+
+
 def store_lane_keys(conn: psycopg.Connection, site_id: int) -> list[str]:
     """The lane keys (connector + token fingerprint) of every recorded run that served ``site_id``: from a
     finished run's summary the lanes that held the store, from a RUNNING run all its lanes."""
     rows = conn.execute(
-        "SELECT l->>'key' FROM etl_meta.run r, jsonb_array_elements(r.summary->'lanes') l "
-        "WHERE %(s)s = ANY(r.stores) AND jsonb_typeof(r.summary->'lanes') = 'array' AND EXISTS ("
-        "  SELECT 1 FROM jsonb_array_elements(l->'stores') st WHERE st->>'site_id' = %(s)s::text) "
+        "SELECT l->>'key' FROM etl_meta.run r, jsonb_array_elements(" + _ARRAY.format("r.summary->'lanes'") + ") l "
+        "WHERE %(s)s = ANY(r.stores) AND EXISTS (SELECT 1 FROM jsonb_array_elements(" + _ARRAY.format("l->'stores'")
+        + ") st WHERE st->>'site_id' = %(s)s::text) "
         "UNION SELECT unnest(lanes) FROM etl_meta.run WHERE status = 'RUNNING' AND %(s)s = ANY(stores)",
         {"s": site_id}).fetchall()
     return sorted({r[0] for r in rows if r[0]})
