@@ -9,10 +9,11 @@ progress display agree. Tables fit 80 columns; long texts fold instead of being 
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from rich import box
@@ -22,13 +23,13 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
-from feiqiu_etl.formats import duration
+from feiqiu_etl.formats import UPSTREAM_ZONE, duration, in_display_zone, utc_offset, when
 from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
 
 ERRORS_SHOWN = 3
 STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
-                "INTERRUPTED": "red", "RUNNING": "cyan"}
+                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue"}
 
 
 class SafeConsole(Console):
@@ -44,9 +45,10 @@ class SafeConsole(Console):
 
 
 def stdout_console() -> Console:
-    """stdout console (:class:`SafeConsole`); when piped, wide enough that nothing is cut."""
+    """stdout console (:class:`SafeConsole`); when piped, wide enough that nothing is cut, unless ``COLUMNS``
+    says how wide (``COLUMNS=80 feiqiu-etl runs | less``)."""
     probe = SafeConsole()
-    return probe if probe.is_terminal else SafeConsole(width=200)
+    return probe if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit() else SafeConsole(width=200)
 
 
 def compact_table() -> Table:
@@ -150,7 +152,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(table)
         console.print(legend, style="dim")
     for lane in data.get("lanes", []):
-        if lane.get("reason"):
+        if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
             console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), overflow="fold")
         for store in lane.get("stores", []):
             if store.get("reason") and not lane.get("reason"):
@@ -396,7 +398,7 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
     plan = escape_tree(plan)
     e = plan["estimate"]
     console.print(f"plan: connector {plan['connector']}, {'incremental' if plan['incremental'] else 'explicit window'}"
-                  f" as of {plan['now']} (Asia/Shanghai); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
+                  f" as of {plan['now']} ({UPSTREAM_ZONE}, the upstream's time); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
                   f"slowest lane ~{duration(e['lane_seconds_max'])}")
     for lane in plan["lanes"]:
         console.print(Text(f"lane {lane['name']} ({lane['key']}, token from ${lane['token_env']}): "
@@ -425,24 +427,34 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
 
 
 def render_runs(rows: list[dict], console: Console | None = None) -> None:
-    """Runs newest first. Fitted to the terminal: run ids and statuses are never cut; ``rej``, ``err``,
-    ``tasks`` and ``stores`` go first when the table is too wide (``--json`` and a pipe have them all)."""
+    """Runs newest first, start times in the display zone (its offset in the header). Fitted to the terminal:
+    run ids and statuses are never cut, and a non-zero rejection or error count is never hidden — an all-zero
+    ``rej`` or ``err`` column goes first, then ``tasks``, ``stores``, the seconds of the start time and ``took``
+    (``--json`` and a pipe have them all)."""
     console = console or stdout_console()
     rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
+    offsets = {utc_offset(in_display_zone(r["started_at"])) for r in rows if isinstance(r.get("started_at"), datetime)}
+    zone = "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
+    started = f"started ({zone})" if zone else "started"
 
-    def cells(r: dict) -> dict[str, Any]:
-        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M:%S") if r.get("started_at") else "-"
+    def cells(r: dict, seconds: bool) -> dict[str, Any]:
         stores = r.get("stores") or []
-        return {"run": r["run_id"], "status": _status(r["status"]), "started (UTC)": started,
+        return {"run": r["run_id"], "status": _status(r["status"]),
+                started: when(r.get("started_at"), seconds=seconds, offset=zone is None, year=False),
                 "took": duration(r.get("duration")),
                 "stores": sites.get(stores[0], str(stores[0])) if len(stores) == 1 else str(len(stores)),
                 "tasks": str(len(r.get("tasks") or [])), "rows": _n(r.get("rows_written")),
                 "req": _n(r.get("requests")), "rej": _n(r.get("rejections")), "err": _n(r.get("errors"))}
 
-    columns = ["run", "status", "started (UTC)", "took", "stores", "tasks", "rows", "req", "rej", "err"]
-    t, _ = _fitted([cells(r) for r in rows], columns, ("rej", "err", "tasks", "stores"), console.width,
-                   left=("run", "status", "started (UTC)", "took", "stores", "tasks"))
+    columns = ["run", "status", started, "took", "stores", "tasks", "rows", "req", "rej", "err"]
+    empty = tuple(c for c, key in (("rej", "rejections"), ("err", "errors")) if not any(r.get(key) for r in rows))
+    left = ("run", "status", started, "took", "stores", "tasks")
+    for seconds in (True, False):  # the start's seconds go before `took` does
+        drops = (*empty, "tasks", "stores", *(() if seconds else ("took",)))
+        t, shown = _fitted([cells(r, seconds) for r in rows], columns, drops, console.width, left=left)
+        if "took" in shown:
+            break
     console.print(t)
     if not rows:
         console.print("no runs recorded yet", style="dim")
@@ -492,8 +504,8 @@ def render_show(run: dict, console: Console | None = None) -> None:
         for t in summary.get("tasks", []):
             if t.get("windows"):
                 w = t["windows"]
-                console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({len(w)} segment(s))",
-                              style="dim")
+                console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({UPSTREAM_ZONE}, the "
+                              f"upstream's time; {len(w)} segment(s))", style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
                 console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
     live = recorded_live(run.get("live"))
@@ -539,6 +551,5 @@ def render_details(rows: list[dict], console: Console | None = None) -> None:
 
 
 def _ts(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return "-" if value is None else str(value)
+    """A time in the display zone with its offset (:func:`feiqiu_etl.formats.when`)."""
+    return when(value)

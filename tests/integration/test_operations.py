@@ -4,6 +4,7 @@ simulator over HTTP: one lane per token across processes, cancel RUN_ID, status,
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -37,11 +38,24 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
     lines = [line for line in second.stderr.splitlines() if "ERROR" in line or "in use" in line]
     assert any(holder in line and "pid" in line and "host" in line for line in lines), second.stderr
     refused = json.loads(second.stdout)
-    assert refused["status"] == "FAILED" and refused["exit_code"] == 6 and refused["requests"] == 0
+    # issue 18: a refused run is BUSY (its own status, still exit 6), not FAILED
+    assert refused["status"] == "BUSY" and refused["exit_code"] == 6 and refused["requests"] == 0
     assert refused["dwd"] is None  # skipped: the holder's own DWD load follows it
     assert code == 0 and data["status"] == "SUCCESS", err
     assert lane_violations(log, 0.01) == [] and _overlaps(log) == []
     assert sim.config.token not in second.stderr + second.stdout
+    # the message once, without a doubled prefix ("lane default: lane default (…)")
+    assert second.stderr.count(holder) == 1 and "lane default: lane default" not in second.stderr, second.stderr
+    assert refused["error"].startswith("lane default (") and refused["error"].count(holder) == 1
+    assert cli_json("runs", "--dsn", pg_dsn, "--status", "FAILED") == []
+    assert [r["run_id"] for r in cli_json("runs", "--dsn", pg_dsn, "--status", "BUSY")] == [refused["run_id"]]
+    from starlette.testclient import TestClient
+
+    from feiqiu_etl.web import WebSettings, create_app
+
+    with TestClient(create_app(WebSettings(dsn=pg_dsn, connector="feiqiu")), base_url="http://127.0.0.1:8080") as c:
+        page = c.get("/?status=BUSY").text
+    assert refused["run_id"] in page and re.search(r'class="badge[^"]*\bbusy\b[^"]*"[^>]*>\s*BUSY', page), page[-3000:]
 
 
 def test_with_wait_for_lane_the_second_run_waits_then_runs_without_overlap(pg_dsn):

@@ -15,6 +15,7 @@ import click
 import psycopg
 
 from feiqiu_etl import logs
+from feiqiu_etl.formats import use_display_zone
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
 from feiqiu_etl.config.settings import flags as setting_flags
 from feiqiu_etl.errortext import one_line
@@ -113,9 +114,11 @@ def settings(flags: dict[str, Any] | None = None) -> Settings:
     environment, ``.env`` and ``flags`` (``{"db_dsn": --dsn}`` …), as :func:`feiqiu_etl.config.load_settings`
     builds them for every command. Raises :class:`UsageFailure` (one line)."""
     try:
-        return load_settings(dotenv=_dotenv(), flags=flags)
+        loaded = load_settings(dotenv=_dotenv(), flags=flags)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
+    use_display_zone(loaded.display.timezone)
+    return loaded
 
 
 def redacted_args(params: dict[str, Any]) -> dict[str, Any]:

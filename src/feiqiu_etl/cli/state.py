@@ -14,9 +14,10 @@ from feiqiu_etl import exitcodes
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, settings, setup_logging, warehouse
 from feiqiu_etl.registry import state as bookkeeping
 from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.formats import UPSTREAM_ZONE, when
 from feiqiu_etl.textsafe import escape
 
-WINDOW_ZONE = "window times are Asia/Shanghai (+08:00), the upstream's zone"
+WINDOW_ZONE = f"window times are {UPSTREAM_ZONE} (+08:00), the upstream's zone"
 MAX_RANGES = 4
 """Finished ranges shown per task in the table (``--json`` has all)."""
 
@@ -111,20 +112,15 @@ def show(store_text, task_code, connector_path, dsn, demo, as_json, verbose, log
     kinds = {t.code: t.kind for t in connector.tasks}
     for entry in data["tasks"]:
         entry["kind"] = kinds.get(entry["task"], "unknown")
-    data = {"connector": connector.name, "window_zone": "+08:00", **data}
+    data = {"connector": connector.name, "window_zone": UPSTREAM_ZONE, **data}
     if as_json:
         echo_json(data)
         return
     _render(data)
 
 
-def _at(value: datetime | None) -> str:
-    """A time with its offset, to the minute (timestamptz values in the session's zone)."""
-    return value.isoformat(sep=" ", timespec="minutes") if value is not None else "-"
-
-
 def _day(value: datetime | None) -> str:
-    """A window time (the table's title gives its zone): the date alone at midnight."""
+    """A window time (naive, the upstream's zone, which the table's title gives): the date alone at midnight."""
     if value is None:
         return "-"
     return f"{value:%Y-%m-%d}" if (value.hour, value.minute, value.second) == (0, 0, 0) else f"{value:%Y-%m-%d %H:%M}"
@@ -153,7 +149,7 @@ def _render(data: dict[str, Any]) -> None:
         for col in ("task", "finished", "holes", "horizon", "snapshot", "owed"):
             table.add_column(col, justify="right" if col == "owed" else "left")
         for t in (t for t in data["tasks"] if t["site_id"] == site):
-            snapshot = "(windowed)" if t["kind"] == "windowed" else _at(t["snapshot_at"])
+            snapshot = "(windowed)" if t["kind"] == "windowed" else when(t["snapshot_at"], seconds=False)
             table.add_row(t["task"], _ranges(t["finished"]), _ranges(t["holes"]), _day(t["horizon"]), snapshot,
                           str(t["owed_details"]))
         console.print(table)
@@ -162,11 +158,11 @@ def _render(data: dict[str, Any]) -> None:
         for col in ("table", "watermark", "run", "updated"):
             table.add_column(col)
         for w in data["dwd"]:
-            table.add_row(w["table"], _at(w["watermark"]), w.get("run_id") or "-", _at(w.get("updated_at")))
+            table.add_row(w["table"], when(w["watermark"]), w.get("run_id") or "-", when(w.get("updated_at")))
         console.print(table)
     for r in data["resets"][:5]:
         span = f"{_day(r['range_start'])} → {_day(r['range_end'])}" if r["range_start"] or r["range_end"] else "all"
-        console.print(f"reset #{r['id']} at {_at(r['reset_at'])} by {r['os_user']}@{r['host']}: store {r['site_id']} "
+        console.print(f"reset #{r['id']} at {when(r['reset_at'])} by {r['os_user']}@{r['host']}: store {r['site_id']} "
                       f"{r['task']} ({span}){' + DWD watermarks' if r['dwd'] else ''}")
 
 

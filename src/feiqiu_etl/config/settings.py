@@ -39,7 +39,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, TypeAdapter, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, TypeAdapter, ValidationError,
+                      field_validator)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from feiqiu_etl.config.dotenv import DotEnv
@@ -158,6 +159,23 @@ class ProgressSection(_Section):
                                                                         "often, s (0 = never)")
 
 
+class DisplaySection(_Section):
+    timezone: str = Field("local", min_length=1, max_length=64,
+                          description="the zone every command and the web page show times in: `local` (the "
+                                      "machine's) or an IANA name such as Asia/Shanghai; window times stay in "
+                                      "the upstream's zone (Asia/Shanghai)")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from feiqiu_etl.formats import zone_problem
+
+        problem = zone_problem(value.strip())
+        if problem:
+            raise ValueError(f"display.timezone: {problem}")
+        return value.strip()
+
+
 def _named(env: str, flag: str | None = None) -> dict:
     return {"env": env, "flag": flag}
 
@@ -189,6 +207,7 @@ class Settings(BaseSettings):
     progress: ProgressSection = ProgressSection()
     sql: SqlSection = SqlSection()
     state: StateSection = StateSection()
+    display: DisplaySection = DisplaySection()
     api_token: SecretStr | None = Field(None, json_schema_extra=_named("FEIQIU_API_TOKEN", "--token"))
     api_base: str | None = Field(None, json_schema_extra=_named("FEIQIU_API_BASE", "--api-base"))
     db_dsn: SecretStr | None = Field(None, json_schema_extra=_named("ETL_DB_DSN", "--dsn"))
@@ -264,7 +283,7 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "state")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "state", "display")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""

@@ -29,12 +29,15 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from feiqiu_etl.formats import iso
+
 CANCEL_CHANNEL = "feiqiu_etl_cancel"
 RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
 """What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (:func:`new_run_id`); anything
 else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
 database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
-STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "INTERRUPTED")
+STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "INTERRUPTED")
+"""What ``etl_meta.run.status`` holds: RUNNING, the final statuses of ``runner.results.STATUSES`` and INTERRUPTED."""
 HOST = socket.gethostname()
 
 _LIST_COLUMNS = ("run_id, status, command, started_at, finished_at, heartbeat_at, host, pid, stores, tasks, lanes, "
@@ -321,14 +324,15 @@ def matching_runs(conn: psycopg.Connection, prefix: str, limit: int = 6) -> list
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with datetimes as ISO 8601 strings with their offset, ``Decimal`` as float and ``timedelta``
-    as seconds: what ``runs``/``show``/``status --json`` print and the web API answers, so both agree."""
+    """``value`` with datetimes as ISO 8601 strings with their offset in the display zone
+    (:func:`feiqiu_etl.formats.iso`), ``Decimal`` as float and ``timedelta`` as seconds: what
+    ``runs``/``show``/``status --json`` print and the web API answers, so both agree."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, (datetime, date)):
-        return value.isoformat()
+        return iso(value)
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, timedelta):

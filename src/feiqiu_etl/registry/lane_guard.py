@@ -23,6 +23,8 @@ from typing import Callable
 
 import psycopg
 
+from feiqiu_etl.formats import when
+
 from feiqiu_etl.registry import HOST
 
 log = logging.getLogger("feiqiu_etl.lane_guard")
@@ -49,13 +51,13 @@ class LaneBusy(Exception):
         h = self.holder
         if h.get("run_id"):
             who = (f"run {h.get('run_id')} (host {h.get('host')}, pid {h.get('pid')}, since "
-                   f"{h['acquired_at']:%Y-%m-%d %H:%M:%S %Z})")
+                   f"{when(h['acquired_at'])})")
         elif h.get("backend_pid"):
             who = (f"a database session that is no feiqiu-etl run (PostgreSQL backend pid {h['backend_pid']}, "
                    f"role {h.get('role')})")
         else:
             who = "another session"
-        waited_text = f" after waiting {waited:.0f} s" if waited > 0 else ""
+        waited_text = f" after waiting {waited:.0f} s" if waited >= 0.5 else ""
         super().__init__(f"lane {lane} ({lane_key}) is in use by {who}{waited_text}; the upstream bans a token "
                          "that sends in parallel, so this run does not start it (--wait-for-lane SECONDS waits)")
 

@@ -116,7 +116,8 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
     mark), ``high_water``, ``horizon``, ``last_completed_at`` and ``snapshot_at`` (timestamptz) and
     ``owed_details``; per DWD table of ``watermark_tables`` (``(schema, table)`` of each watermark table,
     ``dwd_tables`` limiting which targets) its watermark; the latest resets. Window times (``finished``,
-    ``holes``, ``high_water``, ``horizon``) are aware, in the source's zone (+08:00). Read-only."""
+    ``holes``, ``high_water``, ``horizon``, a reset's range) are naive upstream wall-clock times (Asia/Shanghai:
+    :func:`feiqiu_etl.formats.iso` and ``when`` print them with +08:00); the others are aware. Read-only."""
     params = {"c": connector, "s": site_id, "t": task}
     scope = "connector = %(c)s AND (%(s)s::bigint IS NULL OR site_id = %(s)s) AND (%(t)s::text IS NULL OR task_code = %(t)s)"
     tasks: dict[tuple[int, str], dict[str, Any]] = {}
@@ -147,12 +148,10 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
         e = tasks[key]
         finished = merge(segments)
         e["finished"] = _ranges(finished)
-        e["high_water"] = to_aware(finished[-1].end)
+        e["high_water"] = finished[-1].end
         first = e["horizon"] if e["horizon"] is not None else finished[0].start
         if first < finished[-1].end:
             e["holes"] = _ranges(subtract(Window(first, finished[-1].end), finished))
-    for e in tasks.values():
-        e["horizon"] = to_aware(e["horizon"]) if e["horizon"] is not None else None
     wanted = None if dwd_tables is None else list(dwd_tables)
     dwd = []
     for kind, table in watermark_tables:
@@ -167,13 +166,16 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
         resets = cur.execute(
             f"SELECT id, reset_at, os_user, host, site_id, task_code AS task, range_start, range_end, dwd, forgot "
             f"FROM etl_meta.state_reset WHERE {scope} ORDER BY id DESC LIMIT {RESETS_SHOWN}", params).fetchall()
+    for r in resets:  # window bounds: upstream wall-clock times, like every window time here
+        for key in ("range_start", "range_end"):
+            r[key] = from_aware(r[key]) if r[key] is not None else None
     conn.commit()
     return {"tasks": [tasks[k] for k in sorted(tasks)], "dwd": sorted(dwd, key=lambda r: r["table"]),
             "resets": resets}
 
 
 def _ranges(windows: Iterable[Window]) -> list[dict[str, datetime]]:
-    return [{"start": to_aware(w.start), "end": to_aware(w.end)} for w in windows]
+    return [{"start": w.start, "end": w.end} for w in windows]
 
 
 def segments_in(conn: psycopg.Connection, scope: ResetScope) -> int:

@@ -32,6 +32,7 @@ from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl import registry
 from feiqiu_etl.registry.control import RunControl
 from feiqiu_etl.registry import Invocation
+from feiqiu_etl.formats import iso
 from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
@@ -117,7 +118,7 @@ class FlowRunner:
     def run(self) -> RunResult:
         started = datetime.now(timezone.utc)
         self._t0 = time.monotonic()
-        self.result.started_at = started.isoformat()
+        self.result.started_at = iso(started)  # ISO 8601 with the display zone's offset
         plan = self.plan
         with self.health.slot() as slot:
             slot.run(lambda conn: registry.start_run(
@@ -155,7 +156,7 @@ class FlowRunner:
             self.result.finish(self.cancellation.is_cancelled)
             if self.cancellation.is_cancelled and self.cancellation.reason:
                 self.result.error = self.result.error or f"cancelled ({self.cancellation.reason})"
-            self.result.finished_at = datetime.now(timezone.utc).isoformat()
+            self.result.finished_at = iso(datetime.now(timezone.utc))
             self._record_end()
             logging.getLogger("feiqiu_etl").removeHandler(handler)
             self.guard.release()
@@ -171,8 +172,8 @@ class FlowRunner:
             try:
                 self.guard.acquire(lane.plan.name, lane.plan.key, wait=self.plan.wait_for_lane,
                                    cancel_event=self.cancellation.event)
-            except LaneBusy as busy:
-                log.error("%s", busy)
+            except LaneBusy as busy:  # not a failure: the run is BUSY (exit 6) if every lane is
+                log.warning("%s", busy)
                 lane.refuse(str(busy), busy=True)
                 continue
             except Exception as exc:  # noqa: BLE001 - Cancelled while waiting, or the database went away

@@ -27,7 +27,7 @@ from feiqiu_etl.pipeline.models import PipelineRequest
 from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler, SchedulerStatistics
 from feiqiu_etl.plan.model import LanePlan, StorePlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
-from feiqiu_etl.runner.results import CANCELLED, FAILED, LaneResult, StoreResult
+from feiqiu_etl.runner.results import BUSY, CANCELLED, FAILED, PARTIAL, LaneResult, StoreResult
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
                                    TaskStatistics)
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
@@ -92,15 +92,33 @@ class LaneRunner:
         finally:
             self.client.close()
             self._finished = time.monotonic()
-        self.result.reason = self.result.reason or self.scheduler.tripped
+        self.result.reason = self.result.reason or self.scheduler.tripped or self._never_reached()
         self.result.statistics = self.totals()
         return self.result
+
+    def _never_reached(self) -> str | None:
+        """``upstream unreachable: …`` when no attempt of the lane reached a server although it sent some —
+        the circuit breaker's reason, also when the lane ran out of requests before ``lane.max_transport_failures``
+        (a one-task run: its request's retries fail, nothing is left to send). Its tasks that loaded nothing are
+        FAILED, as when the breaker trips."""
+        s = self.scheduler.statistics()
+        if not s.requests_sent or s.consecutive_transport_failures < s.requests_sent:
+            return None
+        runs = [t for store in self._stores for t in store.result.tasks if t.skipped is None]
+        last = next((e.get("error") for t in reversed(runs) for e in reversed(t.result.errors)
+                     if e.get("stage") == "request"), None)
+        for t in runs:
+            if not t.result.completed_requests and t.result.status == PARTIAL:
+                t.result.status = FAILED
+        return (f"upstream unreachable: {s.requests_sent} transport failure(s) in a row, not one attempt reached "
+                f"a server" + (f" (last: {last})" if last else ""))
 
     def refuse(self, reason: str, *, busy: bool = False) -> LaneResult:
         """Do not run this lane at all (e.g. another process holds it): every task is reported not run."""
         self.result.reason, self.result.busy = reason, busy
         for store in self._stores:
-            store.result.tasks = [TaskRun.not_run(t, reason, FAILED, self.plan.name)
+            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, BUSY if busy else FAILED,
+                                                  self.plan.name)
                                   for t in self.plan.tasks_of(store.plan.site_id)]
         self.client.close()
         return self.result

@@ -24,6 +24,7 @@ from feiqiu_etl.config.settings import reveal
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.errortext import one_line
+from feiqiu_etl.formats import use_display_zone
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
 
@@ -192,9 +193,11 @@ def prepare_inputs(options):
     from feiqiu_etl.plan import prepare
 
     try:
-        return prepare(options)
+        inputs = prepare(options)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
+    use_display_zone(inputs.settings.display.timezone)  # the busy message, the summary: one time zone rule
+    return inputs
 
 
 def plan_run(inputs, conn: psycopg.Connection, *, now=None):
