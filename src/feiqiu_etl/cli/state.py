@@ -126,11 +126,15 @@ def _day(value: datetime | None) -> str:
     return f"{value:%Y-%m-%d}" if (value.hour, value.minute, value.second) == (0, 0, 0) else f"{value:%Y-%m-%d %H:%M}"
 
 
-def _ranges(items: list[dict[str, datetime]]) -> str:
+def _ranges(items: list[dict[str, datetime]]):
+    """One line per range, as a rich ``Text`` (a plain string's line breaks would be escaped by the safe
+    console; these lines hold only dates)."""
+    from rich.text import Text
+
     shown = [f"{_day(w['start'])} → {_day(w['end'])}" for w in items[:MAX_RANGES]]
     if len(items) > MAX_RANGES:
         shown.append(f"… {len(items) - MAX_RANGES} more (--json)")
-    return "\n".join(shown) or "-"
+    return Text("\n".join(shown) or "-")
 
 
 def _render(data: dict[str, Any]) -> None:
