@@ -511,6 +511,9 @@ def render_show(run: dict, console: Console | None = None) -> None:
     live = recorded_live(run.get("live"))
     if live is not None:
         console.print(progress_view(live))
+    if run.get("pruned_at"):
+        console.print(f"timeline pruned on {_ts(run['pruned_at'])}: its stored log and request timeline were removed "
+                      "(run.retention_days, feiqiu-etl runs prune)", style="yellow")
     log = run.get("log") or []
     if log:
         console.print(f"log ({len(log)} lines):", style="bold")

@@ -143,6 +143,10 @@ class RunSection(_Section):
     heartbeat_seconds: float = Field(1.0, ge=0.1, le=60, description="how often a run publishes its status, s")
     stale_after: float = Field(30.0, ge=2, le=86400, description="a RUNNING run whose heartbeat is older (s) and "
                                                                   "whose process is gone is INTERRUPTED")
+    retention_days: float = Field(90, ge=0, le=36600, description="runs that ended more than this many days ago "
+                                                                   "lose their stored log and request timeline at "
+                                                                   "the end of each run (0 = keep forever; "
+                                                                   "feiqiu-etl runs prune)")
 
 
 class SqlSection(_Section):

@@ -2,7 +2,8 @@
 
 ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key columns come from the
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
-``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them), completed window segments and the
+``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them; ``pruned_at`` is when retention
+removed a run's stored log and request timeline, :mod:`feiqiu_etl.registry.retention`), completed window segments and the
 earliest start ever planned incrementally (together: resume from the holes), detail requests still owed
 (retried on the next run) and who reset which of that bookkeeping when (``state_reset``: ``feiqiu-etl state
 reset``, :mod:`feiqiu_etl.registry.state`).
@@ -79,7 +80,8 @@ ALTER TABLE etl_meta.run
     ADD COLUMN IF NOT EXISTS rows_written bigint,
     ADD COLUMN IF NOT EXISTS requests integer,
     ADD COLUMN IF NOT EXISTS rejections integer,
-    ADD COLUMN IF NOT EXISTS errors integer;
+    ADD COLUMN IF NOT EXISTS errors integer,
+    ADD COLUMN IF NOT EXISTS pruned_at timestamptz;
 """
 _RUN_TABLES = """
 CREATE INDEX IF NOT EXISTS run_started_idx ON etl_meta.run (started_at DESC);
@@ -177,9 +179,9 @@ def ensure_schemas(conn: psycopg.Connection) -> None:
         for schema in SCHEMAS:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(_META_DDL)
-        migrated = conn.execute(
+        migrated = conn.execute(  # the newest column of _RUN_DDL
             "SELECT 1 FROM information_schema.columns WHERE table_schema = 'etl_meta' AND table_name = 'run' "
-            "AND column_name = 'errors'").fetchone()
+            "AND column_name = 'pruned_at'").fetchone()
         if not migrated:  # ALTER TABLE locks the table: only when a column is missing
             conn.execute(_RUN_DDL)
         conn.execute(_RUN_TABLES)

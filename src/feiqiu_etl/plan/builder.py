@@ -34,6 +34,7 @@ def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetim
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
         unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.settings.detail.max_attempts,
         db_unavailable_limit=inputs.settings.db.unavailable_limit,
+        retention_days=inputs.settings.run.retention_days,
         settings=settings_snapshot(inputs),
     )
 

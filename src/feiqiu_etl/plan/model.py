@@ -156,7 +156,8 @@ class RunPlan:
     """A whole run. ``lanes`` run concurrently, each strictly serial; then ``dwd`` (if any).
 
     ``now`` is the plan's time (naive Asia/Shanghai); ``timeout`` (s) cancels the run; ``wait_for_lane``
-    (s, None = do not wait) is how long a lane held by another process is waited for; ``settings`` is the
+    (s, None = do not wait) is how long a lane held by another process is waited for; ``retention_days`` how long
+    the registry keeps a run's log and timeline (``run.retention_days``; 0 = forever); ``settings`` is the
     effective configuration with its sources (secrets never included).
     """
 
@@ -171,6 +172,7 @@ class RunPlan:
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
     db_unavailable_limit: float = 60.0
+    retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

@@ -238,11 +238,12 @@ def _filters(status: str | None, store: int | None) -> tuple[str, list]:
 
 
 def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> dict[str, Any] | None:
-    """One run: its record (with ``summary``, ``args``, ``config``, ``live``), the ``alerts`` sent about it
+    """One run: its record (with ``summary``, ``args``, ``config``, ``live``, ``pruned_at``: when retention removed
+    its log and request timeline, :mod:`.retention`), the ``alerts`` sent about it
     (:func:`feiqiu_etl.alerts.record.alerts_of_run`) and, optionally, ``log``."""
     with conn.cursor(row_factory=dict_row) as cur:
         run = cur.execute(
-            f"SELECT {_LIST_COLUMNS}, args, config, summary, live, version, cancel_requested_by, "
+            f"SELECT {_LIST_COLUMNS}, args, config, summary, live, version, cancel_requested_by, pruned_at, "
             f"{_DURATION} FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
         if run is not None:
             from feiqiu_etl.alerts.record import alerts_of_run

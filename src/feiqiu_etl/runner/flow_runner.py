@@ -4,7 +4,8 @@ Order: record the run (``etl_meta.run``, RUNNING) → take every lane's cross-pr
 another process is refused, or waited for) → start :class:`~feiqiu_etl.registry.control.RunControl` (heartbeat,
 live status, remote cancel, stored log) → run all lanes at once, one thread each, every lane strictly
 serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
-(:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`). The caller prepares the database (DDL, :func:`prepare_database`) and
+(:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`) → prune runs past
+``run.retention_days`` (:mod:`feiqiu_etl.registry.retention`). The caller prepares the database (DDL, :func:`prepare_database`) and
 handles signals; everything else about a run happens here.
 """
 
@@ -163,6 +164,10 @@ class FlowRunner:
         from feiqiu_etl.alerts import after_run  # bounded by alerts.timeout_seconds; never raises
 
         self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._connect)
+        if not self.result.database_lost:
+            from feiqiu_etl.registry.retention import prune_after_run  # bounded; never raises
+
+            prune_after_run(self.dsn, plan.retention_days, connect=self._connect)
         return self.result
 
     def _take_lanes(self) -> list[LaneRunner]:
