@@ -159,6 +159,11 @@ class SqlSection(_Section):
     timeout: float = Field(60.0, ge=0.001, le=86400, description="s one `feiqiu-etl sql` statement may run")
 
 
+class StateSection(_Section):
+    reset_timeout: float = Field(30.0, ge=1, le=3600, description="s `feiqiu-etl state reset` may take in the "
+                                                                  "database (statement and lock timeout)")
+
+
 class ProgressSection(_Section):
     heartbeat_seconds: float = Field(30.0, ge=0, le=86400, description="without a terminal, a progress line this "
                                                                         "often, s (0 = never)")
@@ -211,6 +216,7 @@ class Settings(BaseSettings):
     run: RunSection = RunSection()
     progress: ProgressSection = ProgressSection()
     sql: SqlSection = SqlSection()
+    state: StateSection = StateSection()
     display: DisplaySection = DisplaySection()
     api_token: SecretStr | None = Field(None, json_schema_extra=_named("FEIQIU_API_TOKEN", "--token"))
     api_base: str | None = Field(None, json_schema_extra=_named("FEIQIU_API_BASE", "--api-base"))
@@ -287,7 +293,7 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "display")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "state", "display")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""

@@ -4,8 +4,9 @@ ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key co
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
 ``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them; ``pruned_at`` is when retention
 removed a run's stored log and request timeline, :mod:`feiqiu_etl.registry.retention`), completed window segments and the
-earliest start ever planned incrementally (together: resume from the holes) and detail requests still owed
-(retried on the next run).
+earliest start ever planned incrementally (together: resume from the holes), detail requests still owed
+(retried on the next run) and who reset which of that bookkeeping when (``state_reset``: ``feiqiu-etl state
+reset``, :mod:`feiqiu_etl.registry.state`).
 """
 
 from __future__ import annotations
@@ -147,6 +148,19 @@ CREATE TABLE IF NOT EXISTS etl_meta.alert (
     UNIQUE (reason, subject, target)
 );
 CREATE INDEX IF NOT EXISTS alert_run_idx ON etl_meta.alert (run_id) WHERE run_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS etl_meta.state_reset (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reset_at   timestamptz NOT NULL DEFAULT now(),
+    os_user    text NOT NULL,
+    host       text NOT NULL,
+    connector  text NOT NULL,
+    site_id    bigint NOT NULL,
+    task_code  text NOT NULL,
+    range_start timestamptz,
+    range_end  timestamptz,
+    dwd        boolean NOT NULL,
+    forgot     jsonb NOT NULL
+);
 CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
     lane_key    text PRIMARY KEY,
     run_id      text NOT NULL,

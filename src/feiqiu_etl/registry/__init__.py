@@ -196,7 +196,7 @@ def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> li
 def request_cancel(conn: psycopg.Connection, run_id: str, by: str | None = None) -> str | None:
     """Ask a running run to cancel: durable flag + ``NOTIFY``. Returns the run's status before (None if
     there is no such run); only a ``RUNNING`` run is flagged."""
-    by = by or f"{_user()}@{HOST} pid {os.getpid()}"
+    by = by or f"{os_user()}@{HOST} pid {os.getpid()}"
     row = conn.execute("SELECT status FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
     if row is None:
         conn.commit()
@@ -370,7 +370,9 @@ def last_loaded(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]
     return rows
 
 
-def _user() -> str:
+def os_user() -> str:
+    """The operating-system user of this process ("unknown" when the system has no name for it): who cancelled
+    a run, who reset state."""
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name in some containers
