@@ -265,6 +265,8 @@ def lane_lines(lane: LaneStatistics) -> list[Text]:
     first = Text(f"{lane.name}: ", style="bold")
     first.append(now)
     second = Text("  ")
+    if lane.stalled_for is not None:  # the run control's watchdog: no progress for longer than run.stall_after
+        second.append(f"stalled: no progress for {duration(lane.stalled_for)} · ", style="red")
     second.append(wait, style=style)
     if lane.state == "finished":
         second.append(f" · {lane.rows_written:,} rows")
@@ -448,7 +450,10 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
 
     def cells(r: dict, seconds: bool) -> dict[str, Any]:
         stores = r.get("stores") or []
-        return {"run": r["run_id"], "status": _status(r["status"]),
+        status = _status(r["status"])
+        if r.get("recorded_late_at"):
+            status.append("*")
+        return {"run": r["run_id"], "status": status,
                 started: when(r.get("started_at"), seconds=seconds, offset=zone is None, year=False),
                 "took": duration(r.get("duration")),
                 "stores": sites.get(stores[0], str(stores[0])) if len(stores) == 1 else str(len(stores)),
@@ -466,6 +471,9 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     console.print(t)
     if not rows:
         console.print("no runs recorded yet", style="dim")
+    if any(r.get("recorded_late_at") for r in rows):
+        console.print("* recorded late: the database did not answer when the run ended; a later command wrote its "
+                      "record (feiqiu-etl show RUN_ID)", style="dim")
 
 
 def _params(error: dict) -> str:
@@ -492,6 +500,9 @@ def render_show(run: dict, console: Console | None = None) -> None:
         console.print(Text(f"error: {run['error']}", style="red"), overflow="fold")
     if run.get("cancel_requested_at"):
         console.print(f"cancel requested {_ts(run['cancel_requested_at'])} by {run.get('cancel_requested_by')}")
+    if run.get("recorded_late_at"):
+        console.print(f"recorded late, at {_ts(run['recorded_late_at'])}: the database did not answer when the run "
+                      "ended; the run kept its record and a later command wrote it", style="yellow")
     args = run.get("args") or {}
     if args:
         console.print("arguments: " + " ".join(f"{k}={v}" for k, v in args.items() if v not in (None, "", [], False)),
@@ -519,6 +530,9 @@ def render_show(run: dict, console: Console | None = None) -> None:
     live = recorded_live(run.get("live"))
     if live is not None:
         console.print(progress_view(live))
+    if run.get("pruned_at"):
+        console.print(f"timeline pruned on {_ts(run['pruned_at'])}: its stored log and request timeline were removed "
+                      "(run.retention_days, feiqiu-etl runs prune)", style="yellow")
     log = run.get("log") or []
     if log:
         console.print(f"log ({len(log)} lines):", style="bold")

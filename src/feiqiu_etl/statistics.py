@@ -135,7 +135,9 @@ class LaneStatistics(_Json):
     now); ``throttled``/``banned`` rejections (42901/42902) and ``banned_seconds``; ``floors`` the minimum gap
     per gap class learnt from the upstream (s); ``tripped`` why the lane stopped (None). ``rows_per_s`` over
     the last :data:`RATE_WINDOW` seconds; ``eta_s`` the remaining requests at the lane's seconds per request
-    so far (0 when finished). ``running`` are the tasks running now, one per store at most."""
+    so far (0 when finished). ``running`` are the tasks running now, one per store at most. ``stalled_for``:
+    seconds the running lane has not moved (no attempt ended, no task began or ended, no row written), once
+    past ``run.stall_after``; None while it moves (the run control's watchdog logs it too)."""
 
     name: str
     key: str = ""
@@ -158,6 +160,7 @@ class LaneStatistics(_Json):
     eta_s: float = 0.0
     stores: tuple[StoreProgress, ...] = ()
     running: tuple[TaskStatistics, ...] = ()
+    stalled_for: float | None = None
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ class LaneRuntime:
     store_log: StoreLog
     store_request: Callable[[dict], None] = lambda record: None
     client_factory: Callable[..., APIClient] = APIClient
+    stall_after: float = 900.0
+    """Seconds without progress after which the lane reports itself stalled (``run.stall_after``)."""
 
 
 class LaneRunner:
@@ -76,11 +78,13 @@ class LaneRunner:
         self._rate = RateMeter()
         self._started: float | None = None
         self._finished: float | None = None
+        self._moved = time.monotonic()   # the lane's last progress: an attempt ended, a task began or ended, rows
+        self._moved_rows = 0
         self._executor = TaskExecutor(runtime.tasks, lane.name, runtime.store_log)
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> LaneResult:
-        self._started = time.monotonic()
+        self._started = self._moved = time.monotonic()
         try:
             workers = max(1, min(self.plan.max_active_stores, len(self._stores)))
             if workers == 1:
@@ -139,6 +143,7 @@ class LaneRunner:
             with self._lock:  # one step: its rows move from the running task to the finished ones
                 store.result.tasks.append(run)
                 store.current = None
+            self._moved = time.monotonic()
         if store.refused:
             store.result.reason = store.refused
 
@@ -166,6 +171,7 @@ class LaneRunner:
 
     def _attempt(self, record: AttemptRecord) -> None:
         """One lane attempt, for the run's timeline (wall-clock times, the store's task at that moment)."""
+        self._moved = time.monotonic()
         task = None
         for store in self._stores:
             current = store.current
@@ -188,6 +194,7 @@ class LaneRunner:
     def _observe(self, store: _StoreState, task: BaseOdsTask) -> None:
         with self._lock:
             store.current = task
+        self._moved = time.monotonic()
 
     # -------------------------------------------------------------------------------------------- observe
     def _states(self) -> list[tuple[_StoreState, BaseOdsTask | None, list[TaskRun]]]:
@@ -206,8 +213,21 @@ class LaneRunner:
                    for _, cur, finished in self._states())
 
     def sample(self, now: float | None = None) -> None:
-        """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s`."""
-        self._rate.record(time.monotonic() if now is None else now, self.rows_written())
+        """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s` (rows
+        written count as the lane's progress too)."""
+        now = time.monotonic() if now is None else now
+        rows = self.rows_written()
+        self._rate.record(now, rows)
+        if rows != self._moved_rows:
+            self._moved_rows, self._moved = rows, now
+
+    def stalled_for(self, now: float | None = None) -> float | None:
+        """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
+        once that is longer than ``run.stall_after``; None while it moves, before it runs and after it ended."""
+        if self._started is None or self._finished is not None:
+            return None
+        quiet = (time.monotonic() if now is None else now) - self._moved
+        return round(quiet, 1) if quiet > self.rt.stall_after else None
 
     def totals(self) -> LaneTotals:
         """The lane's figures so far (final once :meth:`run` returned)."""
@@ -255,7 +275,8 @@ class LaneRunner:
             throttled=lane.throttled, banned=lane.banned, banned_seconds=round(lane.banned_seconds, 1),
             floors=lane.floors, tripped=lane.tripped, queues=queues, rows_written=rows,
             rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
-            tasks=len(self.plan.tasks), eta_s=eta, stores=tuple(stores), running=tuple(running))
+            tasks=len(self.plan.tasks), eta_s=eta, stores=tuple(stores), running=tuple(running),
+            stalled_for=self.stalled_for(now))
 
     def _seconds_per_request(self, lane: SchedulerStatistics) -> float:
         """Lane seconds per request so far — wall time, so that the work between requests (a task's start,

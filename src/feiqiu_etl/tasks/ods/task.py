@@ -211,7 +211,7 @@ class BaseOdsTask:
             rechecks = slot.run(lambda c: self._recheck_candidates(c, site_id, pending)) \
                 if spec.detail and self.task.recheck_budget > 0 else []
             snapshot = SnapshotState() if spec.is_snapshot else None
-            writer = OdsWriter(slot.conn, spec, layouts, ctx.run_id, self.conv.connector,
+            writer = OdsWriter(None, spec, layouts, ctx.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
                                detail_max_attempts=ctx.detail_max_attempts)
             writer.owe((site_id, r.context["parent_key"]) for r in pending)
