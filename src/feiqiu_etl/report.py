@@ -70,7 +70,8 @@ def _short_sites(site_ids: set) -> dict:
 
 
 _LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/del = inserted/updated/unchanged/"
-           "soft-deleted", "details": "details = fetched/failed/skipped", "rl": "rl = rate-limited answers"}
+           "soft-deleted", "fail": "fail = records fetched but not written",
+           "details": "details = detail requests answered/failed/skipped", "rl": "rl = rate-limited answers"}
 
 
 def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
@@ -91,16 +92,23 @@ def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ..
     return table, columns
 
 
+def _not_written(t: dict) -> int:
+    """Records of a task fetched but not written: bad, in a failed batch, or still queued when it ended
+    (``PipelineResult``: fetched = new + chg + same + this)."""
+    return int(t.get("rows_failed", 0)) + int(t.get("rows_not_written", 0))
+
+
 def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table, str]:
-    """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, rl,
+    """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, fail, rl,
     details failed/skipped: the details fetched are in ``rows``) or do not apply (lane, site) are left out;
     if it is still too wide, ``rl``, ``details``, ``lane``, ``del`` and ``same`` go in that order (``feiqiu-etl
-    show`` prints them all). Task names are never shortened: people copy them into ``--tasks``."""
+    show`` prints them all; ``fail`` is never dropped). Task names are never shortened: people copy them into ``--tasks``."""
     sites = _short_sites({t["site_id"] for t in tasks})
     lane_of = {store["site_id"]: lane["name"] for lane in lanes for store in lane.get("stores", [])}
     wanted = ["task", *(["lane"] if len({lane_of.get(t["site_id"]) for t in tasks}) > 1 else []),
               *(["site"] if len(sites) > 1 else []), "status", "req", "rows", "new", "chg", "same",
               *(["del"] if any(t["total_deleted"] for t in tasks) else []),
+              *(["fail"] if any(_not_written(t) for t in tasks) else []),
               *(["details"] if any(t.get("detail_failure") or t.get("detail_skipped") for t in tasks) else []),
               *(["rl"] if any(t.get("rate_limited") for t in tasks) else []), "err", "s"]
 
@@ -110,7 +118,7 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
                 "status": _status(t["status"]), "req": str(t["total_requests"]),
                 "rows": f"{listed}/{t.get('detail_fetched', 0)}" if t.get("detail_table") else str(listed),
                 "new": str(t["total_inserted"]), "chg": str(t["total_updated"]), "same": str(t["total_skipped"]),
-                "del": str(t["total_deleted"]),
+                "del": str(t["total_deleted"]), "fail": str(_not_written(t)),
                 "details": f"{t['detail_success']}/{t['detail_failure']}/{t['detail_skipped']}",
                 "rl": str(t.get("rate_limited", 0)), "err": str(len(t["errors"])),
                 "s": duration(t["timing"].get("total", 0))}
