@@ -47,6 +47,18 @@ def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, dict | No
     return proc.returncode, data, err
 
 
+def signal_twice(proc: subprocess.Popen, gap: float = 0.3) -> tuple[int, str, float]:
+    """SIGTERM, and another ``gap`` s later: ``(exit code, stderr, seconds from the second signal to the exit)``."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(gap)
+    second = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=30)
+    return code, err, time.monotonic() - second
+
+
 def cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([*PY, *args], capture_output=True, text=True, env=env or dict(os.environ), timeout=timeout)
 

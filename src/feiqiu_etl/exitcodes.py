@@ -5,10 +5,10 @@ USAGE = 2            # a usage or configuration error, reported in one line befo
 PARTIAL = 3          # some items failed and were recorded; everything else is loaded
 FAILED = 4           # aborted: invalid token, every store refused, upstream unreachable, ...
 CANCELLED = 5        # Ctrl-C, SIGTERM, --timeout or feiqiu-etl cancel; a rerun completes the work
-LANE_BUSY = 6        # every lane of the run is held by another process (same token, same database)
+LANE_BUSY = 6        # status BUSY: every lane of the run is held by another process (same token, same database)
 DATABASE_LOST = 7    # the database went away during the run and did not come back in time
 STALE = 8            # freshness --fail-stale: some scheduled store/task is older than the threshold
 DEADLINE = 9         # a lane reached its --deadline: what ran is loaded, the rest is the next run's
 HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
 
-BY_STATUS = {"SUCCESS": SUCCESS, "PARTIAL": PARTIAL, "FAILED": FAILED, "CANCELLED": CANCELLED, "DEADLINE": DEADLINE}
+# the exit code of each run status: feiqiu_etl.runner.results.STATUSES

@@ -1,7 +1,82 @@
 """Values written for people, the same in the terminal (:mod:`feiqiu_etl.report`) and on the web page
-(:mod:`feiqiu_etl.web.format`): durations (seconds in, text out)."""
+(:mod:`feiqiu_etl.web.format`): durations (seconds in, text out) and times.
+
+**One time zone rule** (README "Time zones"): every time a command or the web page shows is in the display
+zone — ``display.timezone``, default the machine's local zone — and carries its UTC offset (``2026-12-01
+21:56:23 +08:00``); JSON gives ISO 8601 with the offset. Window bounds are the upstream's wall-clock times and
+stay in its zone, :data:`UPSTREAM_ZONE` (docs/upstream-api.md), and say so. The process's display zone is
+set once from the settings (:func:`use_display_zone`)."""
 
 from __future__ import annotations
+
+from datetime import date, datetime, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+UPSTREAM_ZONE = "Asia/Shanghai"
+"""The zone of the upstream's times, so of every window bound (docs/upstream-api.md: ``Asia/Shanghai``)."""
+LOCAL = "local"
+
+_display: tzinfo | None = None  # None: the machine's local zone
+
+
+def zone_problem(name: str) -> str | None:
+    """Why ``name`` is no display zone (``local`` or an IANA name), or None."""
+    if name == LOCAL:
+        return None
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown time zone {name[:64]!r} (use an IANA name such as Asia/Shanghai or UTC, or local)"
+    return None
+
+
+def use_display_zone(name: str) -> None:
+    """Show every time of this process in ``name`` (``local`` or an IANA name, checked by the settings)."""
+    global _display
+    _display = None if name == LOCAL else ZoneInfo(name)
+
+
+def in_display_zone(value: datetime) -> datetime:
+    """An aware ``value`` in the display zone; a naive one is an upstream (window) time: it stays as it is, in
+    :data:`UPSTREAM_ZONE`."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=ZoneInfo(UPSTREAM_ZONE))
+    return value.astimezone(_display)  # None: the local zone, with the offset of that date
+
+
+def when(value: Any, *, seconds: bool = True, offset: bool = True, year: bool = True) -> str:
+    """``2026-12-01 21:56:23 +08:00`` in the display zone (``-`` for None; an ISO 8601 string is read first;
+    other text is returned as it is; a naive time is an upstream time, see :func:`in_display_zone`).
+    ``offset=False`` when the offset is printed once elsewhere (a header)."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if not isinstance(value, datetime):
+        return str(value)
+    local = in_display_zone(value)
+    text = local.strftime(("%Y-%m-%d " if year else "%m-%d ") + ("%H:%M:%S" if seconds else "%H:%M"))
+    return f"{text} {utc_offset(local)}" if offset else text
+
+
+def utc_offset(value: datetime) -> str:
+    """``+08:00`` (``+00:00`` for UTC) of an aware datetime."""
+    text = value.strftime("%z")
+    return f"{text[:3]}:{text[3:]}" if text else "+00:00"
+
+
+def iso(value: Any) -> Any:
+    """A datetime as ISO 8601 with its offset, in the display zone (what every JSON prints); a date as
+    ``YYYY-MM-DD``; anything else unchanged."""
+    if isinstance(value, datetime):
+        return in_display_zone(value).isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
 
 
 def duration(seconds: float | None) -> str:

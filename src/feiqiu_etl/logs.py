@@ -26,6 +26,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from feiqiu_etl.formats import in_display_zone, when
 from feiqiu_etl.textsafe import escape, terminal_json
 
 CONTEXT_KEYS = ("lane", "site_id", "task")
@@ -60,7 +61,7 @@ class RunIdFilter(logging.Filter):
 def record_dict(record: logging.LogRecord) -> dict[str, Any]:
     """The stable JSON shape of a record (``--log-format json``)."""
     out = {
-        "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+        "ts": in_display_zone(datetime.fromtimestamp(record.created, timezone.utc)).isoformat(timespec="milliseconds"),
         "level": record.levelname, "logger": record.name, "message": record.getMessage(),
         "run_id": getattr(record, "run_id", None),
     }
@@ -77,10 +78,14 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``2026-12-01 02:00:03 WARNING [lane site task] message`` (context only when the record has it)."""
+    """``2026-12-01 02:00:03 +08:00 WARNING [lane site task] message`` (context only when the record has it; the
+    time in the display zone with its offset, :mod:`feiqiu_etl.formats`)."""
 
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+        super().__init__("%(asctime)s %(levelname)s %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+        return when(datetime.fromtimestamp(record.created, timezone.utc))
 
     def format(self, record: logging.LogRecord) -> str:
         context = [escape(getattr(record, k)) for k in CONTEXT_KEYS if getattr(record, k, None) is not None]
@@ -91,7 +96,7 @@ class TextFormatter(logging.Formatter):
             message = f"{message} | {escape(record.exc_text)}"
         if record.stack_info:
             message = f"{message} | {escape(self.formatStack(record.stack_info))}"
-        head = f"{self.formatTime(record, self.datefmt)} {record.levelname} "
+        head = f"{self.formatTime(record)} {record.levelname} "
         return f"{head}[{' '.join(context)}] {message}" if context else head + message
 
 

@@ -9,10 +9,11 @@ progress display agree. Tables fit 80 columns; long texts fold instead of being 
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from rich import box
@@ -22,13 +23,13 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
-from feiqiu_etl.formats import duration
+from feiqiu_etl.formats import UPSTREAM_ZONE, duration, in_display_zone, utc_offset, when
 from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
 
 ERRORS_SHOWN = 3
 STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
-                "INTERRUPTED": "red", "RUNNING": "cyan", "DEADLINE": "blue"}
+                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue", "DEADLINE": "blue"}
 
 
 class SafeConsole(Console):
@@ -44,9 +45,10 @@ class SafeConsole(Console):
 
 
 def stdout_console() -> Console:
-    """stdout console (:class:`SafeConsole`); when piped, wide enough that nothing is cut."""
+    """stdout console (:class:`SafeConsole`); when piped, wide enough that nothing is cut, unless ``COLUMNS``
+    says how wide (``COLUMNS=80 feiqiu-etl runs | less``)."""
     probe = SafeConsole()
-    return probe if probe.is_terminal else SafeConsole(width=200)
+    return probe if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit() else SafeConsole(width=200)
 
 
 def compact_table() -> Table:
@@ -68,7 +70,8 @@ def _short_sites(site_ids: set) -> dict:
 
 
 _LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/del = inserted/updated/unchanged/"
-           "soft-deleted", "details": "details = fetched/failed/skipped", "rl": "rl = rate-limited answers"}
+           "soft-deleted", "fail": "fail = records fetched but not written",
+           "details": "details = detail requests answered/failed/skipped", "rl": "rl = rate-limited answers"}
 
 
 def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
@@ -89,16 +92,23 @@ def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ..
     return table, columns
 
 
+def _not_written(t: dict) -> int:
+    """Records of a task fetched but not written: bad, in a failed batch, or still queued when it ended
+    (``PipelineResult``: fetched = new + chg + same + this)."""
+    return int(t.get("rows_failed", 0)) + int(t.get("rows_not_written", 0))
+
+
 def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table, str]:
-    """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, rl,
+    """The per-task table, fitted to ``width`` columns: columns that are zero for every task (del, fail, rl,
     details failed/skipped: the details fetched are in ``rows``) or do not apply (lane, site) are left out;
     if it is still too wide, ``rl``, ``details``, ``lane``, ``del`` and ``same`` go in that order (``feiqiu-etl
-    show`` prints them all). Task names are never shortened: people copy them into ``--tasks``."""
+    show`` prints them all; ``fail`` is never dropped). Task names are never shortened: people copy them into ``--tasks``."""
     sites = _short_sites({t["site_id"] for t in tasks})
     lane_of = {store["site_id"]: lane["name"] for lane in lanes for store in lane.get("stores", [])}
     wanted = ["task", *(["lane"] if len({lane_of.get(t["site_id"]) for t in tasks}) > 1 else []),
               *(["site"] if len(sites) > 1 else []), "status", "req", "rows", "new", "chg", "same",
               *(["del"] if any(t["total_deleted"] for t in tasks) else []),
+              *(["fail"] if any(_not_written(t) for t in tasks) else []),
               *(["details"] if any(t.get("detail_failure") or t.get("detail_skipped") for t in tasks) else []),
               *(["rl"] if any(t.get("rate_limited") for t in tasks) else []), "err", "s"]
 
@@ -108,7 +118,7 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
                 "status": _status(t["status"]), "req": str(t["total_requests"]),
                 "rows": f"{listed}/{t.get('detail_fetched', 0)}" if t.get("detail_table") else str(listed),
                 "new": str(t["total_inserted"]), "chg": str(t["total_updated"]), "same": str(t["total_skipped"]),
-                "del": str(t["total_deleted"]),
+                "del": str(t["total_deleted"]), "fail": str(_not_written(t)),
                 "details": f"{t['detail_success']}/{t['detail_failure']}/{t['detail_skipped']}",
                 "rl": str(t.get("rate_limited", 0)), "err": str(len(t["errors"])),
                 "s": duration(t["timing"].get("total", 0))}
@@ -150,7 +160,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(table)
         console.print(legend, style="dim")
     for lane in data.get("lanes", []):
-        if lane.get("reason"):
+        if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
             console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), overflow="fold")
         if lane.get("deadline"):
             console.print(Text(deadline_line(lane["name"], lane["deadline"]),
@@ -269,6 +279,8 @@ def lane_lines(lane: LaneStatistics) -> list[Text]:
     first = Text(f"{lane.name}: ", style="bold")
     first.append(now)
     second = Text("  ")
+    if lane.stalled_for is not None:  # the run control's watchdog: no progress for longer than run.stall_after
+        second.append(f"stalled: no progress for {duration(lane.stalled_for)} · ", style="red")
     second.append(wait, style=style)
     if lane.state == "finished":
         second.append(f" · {lane.rows_written:,} rows")
@@ -413,7 +425,7 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
     plan = escape_tree(plan)
     e = plan["estimate"]
     console.print(f"plan: connector {plan['connector']}, {'incremental' if plan['incremental'] else 'explicit window'}"
-                  f" as of {plan['now']} (Asia/Shanghai); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
+                  f" as of {plan['now']} ({UPSTREAM_ZONE}, the upstream's time); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
                   f"slowest lane ~{duration(e['lane_seconds_max'])}")
     for lane in plan["lanes"]:
         console.print(Text(f"lane {lane['name']} ({lane['key']}, token from ${lane['token_env']}): "
@@ -447,27 +459,43 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
 
 
 def render_runs(rows: list[dict], console: Console | None = None) -> None:
-    """Runs newest first. Fitted to the terminal: run ids and statuses are never cut; ``rej``, ``err``,
-    ``tasks`` and ``stores`` go first when the table is too wide (``--json`` and a pipe have them all)."""
+    """Runs newest first, start times in the display zone (its offset in the header). Fitted to the terminal:
+    run ids and statuses are never cut, and a non-zero rejection or error count is never hidden — an all-zero
+    ``rej`` or ``err`` column goes first, then ``tasks``, ``stores``, the seconds of the start time and ``took``
+    (``--json`` and a pipe have them all)."""
     console = console or stdout_console()
     rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
+    offsets = {utc_offset(in_display_zone(r["started_at"])) for r in rows if isinstance(r.get("started_at"), datetime)}
+    zone = "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
+    started = f"started ({zone})" if zone else "started"
 
-    def cells(r: dict) -> dict[str, Any]:
-        started = r["started_at"].astimezone(timezone.utc).strftime("%m-%d %H:%M:%S") if r.get("started_at") else "-"
+    def cells(r: dict, seconds: bool) -> dict[str, Any]:
         stores = r.get("stores") or []
-        return {"run": r["run_id"], "status": _status(r["status"]), "started (UTC)": started,
+        status = _status(r["status"])
+        if r.get("recorded_late_at"):
+            status.append("*")
+        return {"run": r["run_id"], "status": status,
+                started: when(r.get("started_at"), seconds=seconds, offset=zone is None, year=False),
                 "took": duration(r.get("duration")),
                 "stores": sites.get(stores[0], str(stores[0])) if len(stores) == 1 else str(len(stores)),
                 "tasks": str(len(r.get("tasks") or [])), "rows": _n(r.get("rows_written")),
                 "req": _n(r.get("requests")), "rej": _n(r.get("rejections")), "err": _n(r.get("errors"))}
 
-    columns = ["run", "status", "started (UTC)", "took", "stores", "tasks", "rows", "req", "rej", "err"]
-    t, _ = _fitted([cells(r) for r in rows], columns, ("rej", "err", "tasks", "stores"), console.width,
-                   left=("run", "status", "started (UTC)", "took", "stores", "tasks"))
+    columns = ["run", "status", started, "took", "stores", "tasks", "rows", "req", "rej", "err"]
+    empty = tuple(c for c, key in (("rej", "rejections"), ("err", "errors")) if not any(r.get(key) for r in rows))
+    left = ("run", "status", started, "took", "stores", "tasks")
+    for seconds in (True, False):  # the start's seconds go before `took` does
+        drops = (*empty, "tasks", "stores", *(() if seconds else ("took",)))
+        t, shown = _fitted([cells(r, seconds) for r in rows], columns, drops, console.width, left=left)
+        if "took" in shown:
+            break
     console.print(t)
     if not rows:
         console.print("no runs recorded yet", style="dim")
+    if any(r.get("recorded_late_at") for r in rows):
+        console.print("* recorded late: the database did not answer when the run ended; a later command wrote its "
+                      "record (feiqiu-etl show RUN_ID)", style="dim")
 
 
 def _params(error: dict) -> str:
@@ -494,6 +522,9 @@ def render_show(run: dict, console: Console | None = None) -> None:
         console.print(Text(f"error: {run['error']}", style="red"), overflow="fold")
     if run.get("cancel_requested_at"):
         console.print(f"cancel requested {_ts(run['cancel_requested_at'])} by {run.get('cancel_requested_by')}")
+    if run.get("recorded_late_at"):
+        console.print(f"recorded late, at {_ts(run['recorded_late_at'])}: the database did not answer when the run "
+                      "ended; the run kept its record and a later command wrote it", style="yellow")
     args = run.get("args") or {}
     if args:
         console.print("arguments: " + " ".join(f"{k}={v}" for k, v in args.items() if v not in (None, "", [], False)),
@@ -516,13 +547,16 @@ def render_show(run: dict, console: Console | None = None) -> None:
         for t in summary.get("tasks", []):
             if t.get("windows"):
                 w = t["windows"]
-                console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({len(w)} segment(s))",
-                              style="dim")
+                console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({UPSTREAM_ZONE}, the "
+                              f"upstream's time; {len(w)} segment(s))", style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
                 console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
     live = recorded_live(run.get("live"))
     if live is not None:
         console.print(progress_view(live))
+    if run.get("pruned_at"):
+        console.print(f"timeline pruned on {_ts(run['pruned_at'])}: its stored log and request timeline were removed "
+                      "(run.retention_days, feiqiu-etl runs prune)", style="yellow")
     log = run.get("log") or []
     if log:
         console.print(f"log ({len(log)} lines):", style="bold")
@@ -563,6 +597,5 @@ def render_details(rows: list[dict], console: Console | None = None) -> None:
 
 
 def _ts(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return "-" if value is None else str(value)
+    """A time in the display zone with its offset (:func:`feiqiu_etl.formats.when`)."""
+    return when(value)

@@ -41,3 +41,37 @@ def test_sigterm_during_a_stalled_response_exits_within_two_seconds(pg_dsn):
     settlement = {t["task"]: t for t in data["tasks"]}["ODS_SETTLEMENT"]
     assert settlement["total_fetched"] == 0 and settlement["windows"]  # nothing of it arrived; it stays owed
 
+
+
+def test_a_lane_with_no_progress_is_reported_stalled_in_status_and_the_log(pg_dsn):
+    """The run control's watchdog: a response that stalls for 10 s with ``run.stall_after`` = 2 makes the lane
+    report ``stalled_for`` in the live status (what ``status`` and the web page show), and the log says when it
+    stalled and when it moved again."""
+    import io
+
+    from rich.console import Console
+
+    from clikit import cli_json
+    from feiqiu_etl.report import render_status
+
+    with Simulator(sim_config(seed=73)) as sim:
+        sim.inject(path="/api/settlement/list", kind="stall", count=1, stall_seconds=10)
+        proc = start(run_args(sim, pg_dsn, "--tasks", "ODS_SETTLEMENT", settings={"api.timeout": 30,
+                                                                                 "run.stall_after": 2}),
+                     env_for(sim.config.token))
+
+        def stalled():
+            runs = cli_json("status", "--dsn", pg_dsn)
+            lanes = runs[0]["live"]["lanes"] if runs and runs[0].get("live") else []
+            return runs if any(lane.get("stalled_for") for lane in lanes) else None
+
+        runs = wait_for(stalled, timeout=30, every=0.2, what="a stalled lane in status")
+        code, data, err = finish(proc, timeout=60)
+    lane = runs[0]["live"]["lanes"][0]
+    assert lane["name"] == "default" and lane["stalled_for"] > 2 and lane["current"]["in_flight"]
+    shown = io.StringIO()
+    render_status(runs, Console(file=shown, width=120))  # what `status` printed for it
+    assert "default: ODS_SETTLEMENT" in shown.getvalue() and "stalled: no progress for" in shown.getvalue()
+    assert code == 0 and data["status"] == "SUCCESS", err[-800:]
+    assert "lane default: no progress for" in err and "waiting for the upstream's response" in err
+    assert "lane default: moving again" in err

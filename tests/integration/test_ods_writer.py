@@ -73,6 +73,20 @@ def test_a_failing_batch_rolls_back_completely(writer):
     assert writer.write([item(5, 10)]).inserted == 1
 
 
+def test_a_batch_run_again_after_a_lost_commit_still_asks_for_its_parents_details(writer):
+    """The connection was lost after the server committed the batch, before the client heard it: the retry finds
+    its parents unchanged, yet must request the details they owe (recorded by the first, committed attempt)."""
+    saved = writer.save_state()
+    first = writer.write([settlement(20, "5.00"), settlement(21, "6.00")])  # committed; the answer "lost"
+    assert sorted(r.params["settleId"] for r in first.follow_ups) == [20, 21]
+    writer.restore_state(saved)  # what DbSlot's retry does before running the batch again
+    again = writer.write([settlement(20, "5.00"), settlement(21, "6.00")])
+    assert (again.inserted, again.updated, again.skipped) == (0, 0, 2)
+    assert sorted(r.params["settleId"] for r in again.follow_ups) == [20, 21]
+    later = writer.write([settlement(20, "5.00")])  # an ordinary batch: no retry, nothing asked again
+    assert later.follow_ups == [] and later.follow_ups_skipped == 1
+
+
 def test_a_detail_whose_rows_were_lost_with_their_batch_stays_owed(writer):
     """Issue 21: the rows of one detail response may span two batches; when the first fails for good (the
     database gone), the end marker in the next must not clear the owed entry nor soft-delete the stored rows."""

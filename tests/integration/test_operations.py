@@ -4,6 +4,7 @@ simulator over HTTP: one lane per token across processes, cancel RUN_ID, status,
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -37,11 +38,24 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
     lines = [line for line in second.stderr.splitlines() if "ERROR" in line or "in use" in line]
     assert any(holder in line and "pid" in line and "host" in line for line in lines), second.stderr
     refused = json.loads(second.stdout)
-    assert refused["status"] == "FAILED" and refused["exit_code"] == 6 and refused["requests"] == 0
+    # issue 18: a refused run is BUSY (its own status, still exit 6), not FAILED
+    assert refused["status"] == "BUSY" and refused["exit_code"] == 6 and refused["requests"] == 0
     assert refused["dwd"] is None  # skipped: the holder's own DWD load follows it
     assert code == 0 and data["status"] == "SUCCESS", err
     assert lane_violations(log, 0.01) == [] and _overlaps(log) == []
     assert sim.config.token not in second.stderr + second.stdout
+    # the message once, without a doubled prefix ("lane default: lane default (…)")
+    assert second.stderr.count(holder) == 1 and "lane default: lane default" not in second.stderr, second.stderr
+    assert refused["error"].startswith("lane default (") and refused["error"].count(holder) == 1
+    assert cli_json("runs", "--dsn", pg_dsn, "--status", "FAILED") == []
+    assert [r["run_id"] for r in cli_json("runs", "--dsn", pg_dsn, "--status", "BUSY")] == [refused["run_id"]]
+    from starlette.testclient import TestClient
+
+    from feiqiu_etl.web import WebSettings, create_app
+
+    with TestClient(create_app(WebSettings(dsn=pg_dsn, connector="feiqiu")), base_url="http://127.0.0.1:8080") as c:
+        page = c.get("/?status=BUSY").text
+    assert refused["run_id"] in page and re.search(r'class="badge[^"]*\bbusy\b[^"]*"[^>]*>\s*BUSY', page), page[-3000:]
 
 
 def test_with_wait_for_lane_the_second_run_waits_then_runs_without_overlap(pg_dsn):
@@ -259,3 +273,33 @@ def test_a_second_run_on_the_same_token_is_refused_whatever_its_connector_is_cal
     assert second.returncode == 6, second.stderr[-800:]
     assert code == 0 and data["status"] == "SUCCESS", err
     assert _overlaps(log) == []
+
+
+def test_cancel_is_honoured_while_a_run_waits_for_its_lane(pg_dsn):
+    """Issue 21 item 3: B waits for the lane A holds (``--wait-for-lane 300``); ``feiqiu-etl cancel B`` ends B
+    CANCELLED within 2 s (measured by the cancel command, which waits for B's record), while A goes on."""
+    with Simulator(sim_config(seed=25)) as sim:
+        env = env_for(sim.config.token)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.6, 0.7)), env)  # ~15 s
+        holder = running_run(pg_dsn)
+        wait_for(lambda: len(sim.request_log()) >= 2, what="the first run's requests")
+        second = start(run_args(sim, pg_dsn, *SETTLEMENT, "--wait-for-lane", "300"), env)
+
+        def waiting_run():
+            runs = [r for r in cli_json("status", "--dsn", pg_dsn) if r["run_id"] != holder["run_id"]]
+            return runs[0] if runs else None
+
+        waiting = wait_for(waiting_run, timeout=30, every=0.1, what="the second run")
+        time.sleep(1.0)  # it is waiting for the lane now (it polls the lock every 0.25 s)
+        sent_before = len(sim.request_log())
+        cancel = cli_json("cancel", waiting["run_id"], "--wait", "15", "--dsn", pg_dsn)
+        code, data, err = finish(second, timeout=30)
+        first_alive = first.poll() is None
+        first.send_signal(signal.SIGTERM)
+        finish(first, timeout=60)
+    assert cancel["status"] == "CANCELLED" and cancel["seconds"] < 2.0, cancel
+    assert code == 5 and data["status"] == "CANCELLED", err[-800:]
+    assert "cancel" in (data["error"] or "") and data["tasks"] == []  # it never got the lane, nor sent anything
+    assert "got the lane" not in err
+    assert first_alive and len(sim.request_log()) > sent_before  # the holder went on meanwhile
+    print(f"cancel while waiting for the lane: CANCELLED {cancel['seconds']:.2f} s after the cancel command")

@@ -119,7 +119,8 @@ class ScenarioUpstream:
 COUNTERS = (
     "status", "cancelled", "total_requests", "completed_requests", "total_fetched", "total_inserted",
     "total_updated", "total_skipped", "total_deleted", "request_failures", "processing_failures",
-    "write_failures", "detail_success", "detail_failure", "detail_skipped",
+    "write_failures", "detail_success", "detail_failure", "detail_skipped", "detail_asked", "detail_dropped",
+    "rows_failed", "rows_not_written",
 )
 
 

@@ -329,6 +329,9 @@ def test_p14_statistics_are_complete_and_consistent(seeds, config, limit, point,
     # every detail request created (or declared unnecessary) is accounted for exactly once
     assert result.detail_success + result.detail_failure + result.detail_skipped == (
         up.detail_created + up.detail_skipped)
+    assert result.detail_asked == up.detail_created + up.detail_skipped
+    # issue 18 item 5: both identities hold whatever stopped the run; every fetched record is in one bucket
+    assert result.unreconciled() == []
     assert result.total_requests == len(set(up.sent_ids()))
     assert result.completed_requests == len(up.responded)
     assert result.total_inserted == len(up.written)

@@ -94,11 +94,15 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
 
 
 def sweep_and_alert(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
-    """:func:`feiqiu_etl.registry.sweep_interrupted` (vanished runs → ``INTERRUPTED``), then :func:`after_sweep`
-    about the runs this sweep marked: once each, since only this sweep marked them (its UPDATE is conditional).
-    What every command that opens the database calls; returns the run ids marked."""
+    """:func:`feiqiu_etl.registry.late.record_late` (the records kept because the database did not answer when
+    their run ended are written first), :func:`feiqiu_etl.registry.sweep_interrupted` (vanished runs →
+    ``INTERRUPTED``), then :func:`after_sweep` about the runs this sweep marked: once each, since only this sweep
+    marked them (its UPDATE is conditional). What every command that opens the database calls; returns the run
+    ids marked."""
     from feiqiu_etl import registry
+    from feiqiu_etl.registry.late import record_late
 
+    record_late(conn)
     marked = registry.sweep_interrupted(conn, stale_after)
     if marked:
         after_sweep(conn, marked)

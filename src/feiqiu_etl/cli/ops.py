@@ -48,15 +48,19 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
         raise UsageFailure(str(exc)) from None
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
 @click.option("--status", type=click.Choice(registry.STATUSES, case_sensitive=False), help="only runs with this status")
 @click.option("--store", type=int, help="only runs that included this store (site id)")
 @dsn_option
 @json_option
 @common_options
-def runs(limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
-    """List runs, newest first: status, start, duration, stores, tasks, rows, requests, rejections, errors."""
+@click.pass_context
+def runs(ctx, limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
+    """List runs, newest first: status, start, duration, stores, tasks, rows, requests, rejections, errors.
+    ``runs prune`` removes old runs' logs and timelines (cli/prune.py)."""
+    if ctx.invoked_subcommand is not None:
+        return
     setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
         rows = registry.list_runs(conn, limit=limit, status=status, store=store)

@@ -15,6 +15,7 @@ import click
 import psycopg
 
 from feiqiu_etl import logs
+from feiqiu_etl.formats import use_display_zone
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
 from feiqiu_etl.config.settings import flags as setting_flags
 from feiqiu_etl.errortext import one_line
@@ -113,9 +114,11 @@ def settings(flags: dict[str, Any] | None = None) -> Settings:
     environment, ``.env`` and ``flags`` (``{"db_dsn": --dsn}`` …), as :func:`feiqiu_etl.config.load_settings`
     builds them for every command. Raises :class:`UsageFailure` (one line)."""
     try:
-        return load_settings(dotenv=_dotenv(), flags=flags)
+        loaded = load_settings(dotenv=_dotenv(), flags=flags)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
+    use_display_zone(loaded.display.timezone)
+    return loaded
 
 
 def redacted_args(params: dict[str, Any]) -> dict[str, Any]:
@@ -191,6 +194,10 @@ run_options = [
     click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)"),
     click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive'),
     click.option("--window-end", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), exclusive'),
+    click.option("--backfill", is_flag=True,
+                 help="re-fetch --from/--to of the windowed tasks even where finished; nothing else"),
+    click.option("--from", "backfill_from", metavar="DATE", help="with --backfill: first day, YYYY-MM-DD (Asia/Shanghai)"),
+    click.option("--to", "backfill_to", metavar="DATE", help="with --backfill: last day, included"),
     click.option("--now", "now_text", metavar='"YYYY-MM-DD HH:MM:SS"',
                  help="treat this Asia/Shanghai time as now: incremental windows end here (a replay, or a simulator "
                       "whose clock was moved; not after the current time)"),
@@ -224,7 +231,8 @@ def to_run_options(p: dict, timeout: float | None = None, wait_for_lane: float |
         fleet_path=p.get("fleet_path"), lanes=_csv(p.get("lanes_csv", "")),
         stores=_parse_ids(tuple(_csv(p.get("stores_csv", ""))), "--stores"),
         task_codes=_csv(p.get("tasks_csv", "")), connector_path=p.get("connector_path"),
-        window_start=p.get("window_start"), window_end=p.get("window_end"),
+        window_start=p.get("window_start"), window_end=p.get("window_end"), backfill=p.get("backfill", False),
+        backfill_from=p.get("backfill_from"), backfill_to=p.get("backfill_to"),
         timeout=timeout, load_dwd=not p.get("no_dwd", False), dwd_only=p.get("dwd_only", False),
         dwd_tables=_csv(p.get("dwd_tables", "")), dwd_full=p.get("dwd_full", False),
         unsafe_gaps=p.get("unsafe_gaps", False), wait_for_lane=wait_for_lane, dotenv=_dotenv(),

@@ -142,12 +142,22 @@ class DetailSection(_Section):
 class DbSection(_Section):
     connect_timeout: float = Field(10.0, ge=0.5, le=600, description="PostgreSQL connect timeout, s")
     unavailable_limit: float = Field(60.0, ge=1, le=86400, description="s the database may stay away during a run")
+    pool_size: int = Field(16, ge=1, le=1000, description="connections the lanes of a run share (the run's registry, "
+                                                          "lane guard and LISTEN sessions come on top)")
+    statement_timeout: float = Field(600.0, ge=1, le=86400, description="s one statement of a run may run or wait "
+                                                                          "for a lock on a live server")
 
 
 class RunSection(_Section):
     heartbeat_seconds: float = Field(1.0, ge=0.1, le=60, description="how often a run publishes its status, s")
     stale_after: float = Field(30.0, ge=2, le=86400, description="a RUNNING run whose heartbeat is older (s) and "
                                                                   "whose process is gone is INTERRUPTED")
+    retention_days: float = Field(90, ge=0, le=36600, description="runs that ended more than this many days ago "
+                                                                   "lose their stored log and request timeline at "
+                                                                   "the end of each run (0 = keep forever; "
+                                                                   "feiqiu-etl runs prune)")
+    stall_after: float = Field(900.0, ge=1, le=86400, description="a lane with no progress for this long (s) is "
+                                                                   "reported stalled (status, web, log)")
     deadline: str | None = Field(None, description="stop sending requests at this time of day (06:00, display zone) "
                                                    "or this long after the start (45m, 90s); --deadline")
 
@@ -161,9 +171,31 @@ class SqlSection(_Section):
     timeout: float = Field(60.0, ge=0.001, le=86400, description="s one `feiqiu-etl sql` statement may run")
 
 
+class StateSection(_Section):
+    reset_timeout: float = Field(30.0, ge=1, le=3600, description="s `feiqiu-etl state reset` may take in the "
+                                                                  "database (statement and lock timeout)")
+
+
 class ProgressSection(_Section):
     heartbeat_seconds: float = Field(30.0, ge=0, le=86400, description="without a terminal, a progress line this "
                                                                         "often, s (0 = never)")
+
+
+class DisplaySection(_Section):
+    timezone: str = Field("local", min_length=1, max_length=64,
+                          description="the zone every command and the web page show times in: `local` (the "
+                                      "machine's) or an IANA name such as Asia/Shanghai; window times stay in "
+                                      "the upstream's zone (Asia/Shanghai)")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from feiqiu_etl.formats import zone_problem
+
+        problem = zone_problem(value.strip())
+        if problem:
+            raise ValueError(f"display.timezone: {problem}")
+        return value.strip()
 
 
 def _named(env: str, flag: str | None = None) -> dict:
@@ -196,6 +228,8 @@ class Settings(BaseSettings):
     run: RunSection = RunSection()
     progress: ProgressSection = ProgressSection()
     sql: SqlSection = SqlSection()
+    state: StateSection = StateSection()
+    display: DisplaySection = DisplaySection()
     api_token: SecretStr | None = Field(None, json_schema_extra=_named("FEIQIU_API_TOKEN", "--token"))
     api_base: str | None = Field(None, json_schema_extra=_named("FEIQIU_API_BASE", "--api-base"))
     db_dsn: SecretStr | None = Field(None, json_schema_extra=_named("ETL_DB_DSN", "--dsn"))
@@ -275,7 +309,7 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "state", "display")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""

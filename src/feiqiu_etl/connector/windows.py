@@ -171,3 +171,26 @@ def recent_and_history(
     recent = [Window(max(w.start, cut), w.end) for w in planned if w.end > cut]
     history = [Window(w.start, min(w.end, cut)) for w in reversed(planned) if w.start < cut]
     return recent, history
+
+
+def day_range(first: str | None, last: str | None) -> tuple[datetime | None, datetime | None]:
+    """``--from DATE`` / ``--to DATE`` (``YYYY-MM-DD``, whole days in the source's zone, ``last`` inclusive) as
+    the half-open ``[first 00:00, last + 1 day 00:00)`` of naive Shanghai-local datetimes; an end not given is
+    None (open). Raises ``ValueError`` with one line naming the flag: not a date, before
+    :data:`EARLIEST_WINDOW`, or ``first`` after ``last`` (state reset and ``run --backfill``, issue 18)."""
+    days: list[datetime | None] = []
+    for flag, text in (("--from", first), ("--to", last)):
+        if text is None:
+            days.append(None)
+            continue
+        try:
+            day = datetime.strptime(text.strip(), "%Y-%m-%d")
+        except ValueError:
+            raise ValueError(f"{flag}: expected a date YYYY-MM-DD, got {text!r}") from None
+        if day < EARLIEST_WINDOW:
+            raise ValueError(f"{flag}: {text.strip()} is before {EARLIEST_WINDOW:%Y-%m-%d}")
+        days.append(day)
+    start, end = days
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"--from {start:%Y-%m-%d} is after --to {end:%Y-%m-%d}")
+    return start, (end + timedelta(days=1) if end is not None else None)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from feiqiu_etl.runner.results import CANCELLED, FAILED, PARTIAL, LaneResult, RunResult, StoreResult
+from feiqiu_etl.runner.results import BUSY, CANCELLED, FAILED, PARTIAL, LaneResult, RunResult, StoreResult
 
 MAX_LISTED_ERRORS = 5
 
@@ -103,7 +103,7 @@ def judge_ods(result: RunResult, site_ids: list[int], *, fail_on_partial: bool =
             meta = store_metadata(result, lane, store)
             metadata[str(store.site_id)] = meta
             why = meta.get("reason") or ("cancelled" if store.status == CANCELLED else None)
-            if store.status in (FAILED, CANCELLED) or (store.status == PARTIAL and fail_on_partial):
+            if store.status in (FAILED, CANCELLED, BUSY) or (store.status == PARTIAL and fail_on_partial):
                 failed.append(f"store {store.site_id} {store.status}" + (f": {why}" if why else ""))
             elif store.status == PARTIAL:
                 warnings.append(f"store {store.site_id} PARTIAL: {meta['errors']} error(s) recorded; everything "
@@ -113,7 +113,7 @@ def judge_ods(result: RunResult, site_ids: list[int], *, fail_on_partial: bool =
             failed.append(f"store {site}: not in the run (is it still in the fleet file?)")
     if result.status == CANCELLED and not failed:
         failed.append(f"run {result.run_id} was cancelled")
-    if result.error and failed and result.status in (FAILED, CANCELLED):
+    if result.error and failed and result.status in (FAILED, CANCELLED, BUSY):
         failed.append(result.error)
     totals = {**result.totals(), "status": result.status, "feiqiu_run_id": result.run_id}
     failure = None

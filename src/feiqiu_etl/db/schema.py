@@ -2,9 +2,11 @@
 
 ODS tables follow warehouse-model.md §2.2/§2.4 exactly; their names and key columns come from the
 connector's task specs and are always composed with ``psycopg.sql.Identifier`` (never pasted).
-``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them), completed window segments and the
-earliest start ever planned incrementally (together: resume from the holes) and detail requests still owed
-(retried on the next run).
+``etl_meta`` holds run bookkeeping: runs (and the alerts sent about them; ``pruned_at`` is when retention
+removed a run's stored log and request timeline, :mod:`feiqiu_etl.registry.retention`), completed window segments and the
+earliest start ever planned incrementally (together: resume from the holes), detail requests still owed
+(retried on the next run) and who reset which of that bookkeeping when (``state_reset``: ``feiqiu-etl state
+reset``, :mod:`feiqiu_etl.registry.state`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,9 @@ ALTER TABLE etl_meta.run
     ADD COLUMN IF NOT EXISTS rows_written bigint,
     ADD COLUMN IF NOT EXISTS requests integer,
     ADD COLUMN IF NOT EXISTS rejections integer,
-    ADD COLUMN IF NOT EXISTS errors integer;
+    ADD COLUMN IF NOT EXISTS errors integer,
+    ADD COLUMN IF NOT EXISTS pruned_at timestamptz,
+    ADD COLUMN IF NOT EXISTS recorded_late_at timestamptz;
 """
 _RUN_TABLES = """
 CREATE INDEX IF NOT EXISTS run_started_idx ON etl_meta.run (started_at DESC);
@@ -144,6 +148,19 @@ CREATE TABLE IF NOT EXISTS etl_meta.alert (
     UNIQUE (reason, subject, target)
 );
 CREATE INDEX IF NOT EXISTS alert_run_idx ON etl_meta.alert (run_id) WHERE run_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS etl_meta.state_reset (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    reset_at   timestamptz NOT NULL DEFAULT now(),
+    os_user    text NOT NULL,
+    host       text NOT NULL,
+    connector  text NOT NULL,
+    site_id    bigint NOT NULL,
+    task_code  text NOT NULL,
+    range_start timestamptz,
+    range_end  timestamptz,
+    dwd        boolean NOT NULL,
+    forgot     jsonb NOT NULL
+);
 CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
     lane_key    text PRIMARY KEY,
     run_id      text NOT NULL,
@@ -163,9 +180,9 @@ def ensure_schemas(conn: psycopg.Connection) -> None:
         for schema in SCHEMAS:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(_META_DDL)
-        migrated = conn.execute(
+        migrated = conn.execute(  # the newest column of _RUN_DDL
             "SELECT 1 FROM information_schema.columns WHERE table_schema = 'etl_meta' AND table_name = 'run' "
-            "AND column_name = 'errors'").fetchone()
+            "AND column_name = 'recorded_late_at'").fetchone()
         if not migrated:  # ALTER TABLE locks the table: only when a column is missing
             conn.execute(_RUN_DDL)
         conn.execute(_RUN_TABLES)

@@ -61,6 +61,16 @@ class ProcessOutput:
     follow_ups: list[PipelineRequest] = field(default_factory=list)
     fetched: int | None = None
     errors: list[dict] = field(default_factory=list)
+    rejected: int | None = None
+    """Records of ``fetched`` that did not become rows (a bad record: one error each); None: ``len(errors)``.
+    Set it when ``errors`` also holds errors that are no record (e.g. a pagination loop)."""
+
+
+def is_record(row: Any) -> bool:
+    """Whether a row handed to the writer is a fetched record (what the row counts count). Rows are records
+    unless their class says ``is_record = False``: bookkeeping a ``write_fn`` acts on (e.g. "this parent's
+    detail was fetched"), created by processing or by ``on_request_failed`` from no fetched record."""
+    return getattr(row, "is_record", True)
 
 
 @dataclass
@@ -87,6 +97,17 @@ class PipelineResult:
     counts logical requests); ``rate_limited`` counts answers that demanded a wait (HTTP 429, risk control)
     and ``banned_seconds`` the seconds the upstream blocked the account; ``detail_fetched`` is the part of
     ``total_fetched`` that came from detail responses.
+
+    Counts that add up (README "Counts that add up"), in every final state — success, failure, cancel, timeout:
+
+    * details: ``detail_success + detail_failure + detail_skipped == detail_asked``. ``detail_asked`` counts the
+      detail requests the run took in (seeds pulled, follow-ups created) plus the parents that needed none
+      (``WriteResult.follow_ups_skipped``, also in ``detail_skipped``); ``detail_dropped`` is the part of
+      ``detail_skipped`` that a stop (cancel, timeout, abort) left unsent. Seeds never pulled were not asked.
+    * rows: ``total_fetched == total_inserted + total_updated + total_skipped + rows_failed + rows_not_written``.
+      ``rows_failed`` are records that were fetched but not written because they were bad (processing) or their
+      batch failed or was rejected; ``rows_not_written`` records still on their way to the writer when the run
+      ended (the writer drains on every stop, so only a writer stuck past its join deadline leaves any).
     """
 
     status: str = "SUCCESS"
@@ -110,6 +131,10 @@ class PipelineResult:
     rate_limited: int = 0
     banned_seconds: float = 0.0
     detail_fetched: int = 0
+    detail_asked: int = 0
+    detail_dropped: int = 0
+    rows_failed: int = 0
+    rows_not_written: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,13 +155,28 @@ class PipelineResult:
             self.status = "SUCCESS"
         return self
 
+    def unreconciled(self) -> list[str]:
+        """The count identities above that do not hold (empty when the counts add up), as readable text."""
+        broken = []
+        answered = self.detail_success + self.detail_failure + self.detail_skipped
+        if answered != self.detail_asked:
+            broken.append(f"details: {self.detail_success} answered + {self.detail_failure} failed + "
+                          f"{self.detail_skipped} skipped != {self.detail_asked} asked")
+        accounted = self.total_inserted + self.total_updated + self.total_skipped + self.rows_failed \
+            + self.rows_not_written
+        if accounted != self.total_fetched:
+            broken.append(f"rows: {self.total_inserted} inserted + {self.total_updated} updated + "
+                          f"{self.total_skipped} unchanged + {self.rows_failed} failed + {self.rows_not_written} "
+                          f"not written != {self.total_fetched} fetched")
+        return broken
+
     def merge(self, other: "PipelineResult") -> None:
         """Add ``other``'s counters into this one (status is not changed)."""
         for name in (
             "total_requests", "completed_requests", "total_fetched", "total_inserted", "total_updated",
             "total_skipped", "total_deleted", "request_failures", "processing_failures", "write_failures",
             "detail_success", "detail_failure", "detail_skipped", "attempts", "rate_limited", "banned_seconds",
-            "detail_fetched",
+            "detail_fetched", "detail_asked", "detail_dropped", "rows_failed", "rows_not_written",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.extend(other.errors)

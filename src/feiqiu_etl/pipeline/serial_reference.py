@@ -20,7 +20,8 @@ from collections import deque
 from typing import Any, Hashable, Iterable, Iterator
 
 from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
-from feiqiu_etl.pipeline.models import PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult
+from feiqiu_etl.pipeline.models import (PipelineRequest, PipelineResult, ProcessOutput, ResponseItem, WriteResult,
+                                         is_record)
 from feiqiu_etl.pipeline.unified_pipeline import (
     FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, describe_error, safe_params,
 )
@@ -76,7 +77,7 @@ class _SerialRun:
                     break
                 self._open(request.scope)
             if self._stopping():
-                self.result.detail_skipped += int(request.is_detail)  # dropped: never sent
+                self._dropped(request)  # never sent
                 self._close(request.scope, failed=True)
                 continue
             failed = self._handle(request)
@@ -90,7 +91,7 @@ class _SerialRun:
         try:
             payload = self.owner.transport(request, self._sender(request))
         except Cancelled:
-            self.result.detail_skipped += int(request.is_detail)
+            self._dropped(request)
             return True
         except AbortPipeline as exc:
             self._request_failed(request, exc, abort=True)
@@ -160,6 +161,7 @@ class _SerialRun:
         fetched = out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
         self.result.total_fetched += fetched
         self.result.detail_fetched += fetched if item.request.is_detail else 0
+        self.result.rows_failed += out.rejected if out.rejected is not None else len(out.errors)
         for err in out.errors:
             self._record("processing", {"endpoint": item.request.endpoint, **err})
         for follow in out.follow_ups:
@@ -177,6 +179,7 @@ class _SerialRun:
             result = self.write_fn(rows)
         except Exception as exc:
             self._record("write", {"rows": len(rows), "error": describe_error(exc)})
+            self.result.rows_failed += sum(1 for row in rows if is_record(row))
             failed = True
         else:
             failed = result is not None and result.errors > 0
@@ -184,6 +187,7 @@ class _SerialRun:
                 self._record("write", {"rows": len(rows), "error": f"{result.errors} row(s) rejected by write_fn"})
             if result is not None:
                 self._add_counts(result)
+                self.result.rows_failed += min(result.errors, sum(1 for row in rows if is_record(row)))
                 for follow in result.follow_ups:
                     if follow.scope is None:
                         follow.scope = scope
@@ -196,7 +200,12 @@ class _SerialRun:
         return failed
 
     # ------------------------------------------------------------------ scopes and bookkeeping
+    def _dropped(self, request: PipelineRequest) -> None:
+        self.result.detail_skipped += int(request.is_detail)
+        self.result.detail_dropped += int(request.is_detail)
+
     def _push(self, request: PipelineRequest) -> None:
+        self.result.detail_asked += int(request.is_detail)
         self._open(request.scope)
         self.frontier.append(request)
 
@@ -233,12 +242,15 @@ class _SerialRun:
         r.total_skipped += result.skipped
         r.total_deleted += result.deleted
         r.detail_skipped += result.follow_ups_skipped
+        r.detail_asked += result.follow_ups_skipped
 
     def _next_seed(self, source: Iterator[PipelineRequest]) -> PipelineRequest | None:
         if self._stopping():
             return None
         try:
-            return next(source)
+            request = next(source)
+            self.result.detail_asked += int(request.is_detail)
+            return request
         except StopIteration:
             return None
         except Exception as exc:

@@ -35,6 +35,7 @@ from feiqiu_etl.pipeline.models import (
     ProcessOutput,
     ResponseItem,
     WriteResult,
+    is_record,
 )
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter, RateLimiterStatistics
 from feiqiu_etl.pipeline.request_scheduler import SchedulerStatistics, RequestScheduler
@@ -198,6 +199,8 @@ class _Run:
         self.writer_thread: threading.Thread | None = None
         self.writer: WriteWorker | None = None
         self.timing = {"request": 0.0, "processing": 0.0, "write": 0.0}
+        self.records_queued = 0  # fetched records handed towards the writer (rows_not_written: those never done)
+        self.records_done = 0
 
     # ------------------------------------------------------------------ driver (lane) thread
     def execute(self, source: Iterator[PipelineRequest], seeds: int | None = None) -> PipelineResult:
@@ -264,8 +267,9 @@ class _Run:
             self._record("request", {"stage": "seed", "error": describe_error(exc)})
             return None
         self.tracker.add(1, request.scope)
-        if self.seeds_left is not None:
-            with self.lock:
+        with self.lock:
+            self.result.detail_asked += int(request.is_detail)
+            if self.seeds_left is not None:
                 self.seeds_left = max(0, self.seeds_left - 1)
         return request
 
@@ -324,11 +328,19 @@ class _Run:
         self.log.warning("%s: %s %s, waiting %.0f s", what, request.endpoint, backoff.detail or "", backoff.seconds)
 
     def _dropped(self, request: PipelineRequest) -> None:
-        """A request given up on cancel/abort. A detail one counts as ``detail_skipped`` (not fetched, no
-        error), so success + failure + skipped still equals the detail requests created (Property 14)."""
+        """A request given up on cancel/abort. A detail one counts as ``detail_skipped`` and ``detail_dropped``
+        (not fetched, no error), so success + failure + skipped still equals ``detail_asked`` (Property 14)."""
         if request.is_detail:
             with self.lock:
                 self.result.detail_skipped += 1
+                self.result.detail_dropped += 1
+
+    def _push(self, follow: PipelineRequest) -> None:
+        """A follow-up for the lane (``follow.scope`` set): counted as asked when it is a detail request."""
+        if follow.is_detail:
+            with self.lock:
+                self.result.detail_asked += 1
+        self.frontier.push(follow, follow.scope)
 
     def _request_ok(self, request: PipelineRequest, payload: Any) -> None:
         with self.lock:
@@ -375,6 +387,7 @@ class _Run:
             return
         if rows:
             self.tracker.add(len(rows), request.scope)
+            self._count_queued(rows)
             self.write_q.put(RowChunk(rows, request.scope))
 
     # ------------------------------------------------------------------ processing workers
@@ -402,7 +415,7 @@ class _Run:
         def emit(follow: PipelineRequest) -> None:  # a follow-up for the lane now (see ResponseItem.emit)
             if follow.scope is None:
                 follow.scope = scope
-            self.frontier.push(follow, follow.scope)
+            self._push(follow)
 
         item.emit = emit
         try:
@@ -410,8 +423,10 @@ class _Run:
             if not isinstance(out, ProcessOutput):
                 out = ProcessOutput(rows=list(out or []))
             fetched = out.fetched if out.fetched is not None else len(out.rows) + len(out.errors)
+            rejected = out.rejected if out.rejected is not None else len(out.errors)
             with self.lock:
                 self.result.total_fetched += fetched
+                self.result.rows_failed += rejected
                 if item.request.is_detail:
                     self.result.detail_fetched += fetched
             for err in out.errors:
@@ -420,9 +435,10 @@ class _Run:
             for follow in out.follow_ups:
                 if follow.scope is None:
                     follow.scope = scope
-                self.frontier.push(follow, follow.scope)
+                self._push(follow)
             if out.rows:
                 self.tracker.add(len(out.rows), scope)
+                self._count_queued(out.rows)
                 chunk = RowChunk(list(out.rows), scope)
         except Exception as exc:
             failed = True
@@ -450,16 +466,26 @@ class _Run:
                 if ready is not None:
                     self.write_q.put(ready)
 
+    def _count_queued(self, rows: list) -> None:
+        records = sum(1 for row in rows if is_record(row))
+        with self.lock:
+            self.records_queued += records
+
     # ------------------------------------------------------------------ writer callbacks (writer thread)
     def _on_written(self, rows: list, scopes: list, result: WriteResult | None, error: Exception | None) -> None:
         failed = error is not None or (result is not None and result.errors > 0)
+        records = sum(1 for row in rows if is_record(row))
         if error is not None:
             self._record("write", {"rows": len(rows), "error": describe_error(error)})
         elif result is not None and result.errors:
             self._record("write", {"rows": len(rows), "error": f"{result.errors} row(s) rejected by write_fn"})
         with self.lock:
+            self.records_done += records
             if error is None and result is not None:
                 self._add_write_counts(result)
+                self.result.rows_failed += min(result.errors, records)  # rows the write_fn rejected
+            elif error is not None:
+                self.result.rows_failed += records  # the batch failed: none of its records was written
             if failed:
                 self.consecutive_write_failures += 1
                 limit_hit = self.consecutive_write_failures >= self.cfg.max_consecutive_failures
@@ -471,7 +497,7 @@ class _Run:
         if result is not None and error is None:
             for follow in result.follow_ups:
                 follow.scope = follow_up_scope(follow, scopes)
-                self.frontier.push(follow, follow.scope)
+                self._push(follow)
         counts: dict[Hashable | None, int] = {}
         for s in scopes:
             counts[s] = counts.get(s, 0) + 1
@@ -486,6 +512,7 @@ class _Run:
         self.result.total_skipped += result.skipped
         self.result.total_deleted += result.deleted
         self.result.detail_skipped += result.follow_ups_skipped
+        self.result.detail_asked += result.follow_ups_skipped  # parents that asked and needed none
 
     def _on_scope(self, completion: ScopeCompletion) -> None:
         """Run the caller's scope hook on the writer thread, then finish the completion item."""
@@ -539,6 +566,8 @@ class _Run:
 
     def _finish(self, started: float) -> PipelineResult:
         self.timing["write"] = self.writer.seconds_writing
+        with self.lock:  # only a writer stuck past JOIN_DEADLINE leaves records on their way (README)
+            self.result.rows_not_written = max(0, self.records_queued - self.records_done)
         return self.result.finish(aborted=self.aborted, cancelled=self.cancellation.is_cancelled, timing=self.timing,
                                   elapsed=time.monotonic() - started)
 

@@ -40,7 +40,9 @@ class RunOptions:
     variables it names) and may filter it with ``lanes``/``stores``. ``api_base``, ``token``, ``dsn`` and
     ``flags`` (``{dotted key: value}``, e.g. ``{"pipeline.rate_min": "6"}``) are the dedicated flags' layer,
     ``overrides`` the ``--set`` layer; ``environ`` (default ``os.environ``) holds the environment layer and
-    ``dotenv`` says which of its names a ``.env`` file set (:func:`feiqiu_etl.config.load_settings`)."""
+    ``dotenv`` says which of its names a ``.env`` file set (:func:`feiqiu_etl.config.load_settings`).
+    ``backfill`` with ``backfill_from``/``backfill_to`` (dates, both days included) re-fetches that range of the
+    windowed tasks, finished or not, and nothing else (:func:`backfill_window`)."""
 
     api_base: str | None = None
     token: str | None = None
@@ -55,6 +57,9 @@ class RunOptions:
     dsn: str | None = None
     window_start: str | None = None
     window_end: str | None = None
+    backfill: bool = False
+    backfill_from: str | None = None
+    backfill_to: str | None = None
     timeout: float | None = None
     load_dwd: bool = True
     dwd_only: bool = False
@@ -140,7 +145,14 @@ def prepare(options: RunOptions) -> PlanInputs:
         specs = connector.select(options.task_codes or None)
     except KeyError as exc:
         raise ConfigError(exc.args[0]) from None
-    windows = window_settings(settings, options.window_start, options.window_end, now=options.now)
+    start, end = options.window_start, options.window_end
+    if options.backfill or options.backfill_from or options.backfill_to:
+        start, end = backfill_window(options)
+        specs = tuple(s for s in specs if s.kind == "windowed")
+        if not specs:
+            raise ConfigError("--backfill re-fetches windowed tasks; none of the selected tasks has windows "
+                              "(a snapshot is fetched whole by every run)")
+    windows = window_settings(settings, start, end, now=options.now)
     lanes = _lanes(options, connector, settings, specs, fleet) if load_ods else ()
     dwd = None
     mapping = None
@@ -169,6 +181,27 @@ def window_settings(settings: Settings, start: str | None, end: str | None,
     w = settings.window
     return WindowSettings(explicit=explicit, segment=timedelta(days=w.segment_days),
                           lookback=timedelta(hours=w.lookback_hours), initial=timedelta(days=w.initial_days), now=now)
+
+
+def backfill_window(options: RunOptions) -> tuple[str, str]:
+    """``--backfill --from DATE --to DATE`` as the explicit window ``[from 00:00, to + 1 day 00:00)``
+    (Asia/Shanghai): an explicit window is fetched whole whatever is finished, records its segments and leaves
+    the horizon and every other window alone. Raises :class:`ConfigError` (one line)."""
+    from feiqiu_etl.connector.windows import day_range
+
+    if not options.backfill:
+        raise ConfigError("--from/--to go with --backfill (run --backfill --from DATE --to DATE)")
+    if options.window_start or options.window_end:
+        raise ConfigError("--backfill takes --from/--to dates, not --window-start/--window-end")
+    if options.dwd_only:
+        raise ConfigError("--backfill fetches ODS; --dwd-only sends no request")
+    if not (options.backfill_from and options.backfill_to):
+        raise ConfigError("--backfill needs --from DATE and --to DATE (YYYY-MM-DD, both days included)")
+    try:
+        first, end = day_range(options.backfill_from, options.backfill_to)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return fmt(first), fmt(end)
 
 
 def _lanes(options: RunOptions, connector: Connector, settings: Settings, specs: tuple[OdsTaskSpec, ...],

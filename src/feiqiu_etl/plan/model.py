@@ -17,6 +17,7 @@ from feiqiu_etl.config.settings import fingerprint
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
+from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
@@ -234,7 +235,8 @@ class RunPlan:
 
     ``now`` is the plan's time (naive Asia/Shanghai); ``started`` the wall-clock moment it was built (aware: the
     start a deadline counts from); ``timeout`` (s) cancels the run; ``wait_for_lane``
-    (s, None = do not wait) is how long a lane held by another process is waited for; ``settings`` is the
+    (s, None = do not wait) is how long a lane held by another process is waited for; ``retention_days`` how long
+    the registry keeps a run's log and timeline (``run.retention_days``; 0 = forever); ``settings`` is the
     effective configuration with its sources (secrets never included).
     """
 
@@ -248,9 +250,16 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
-    db_unavailable_limit: float = 60.0
+    db: DbLimits = DbLimits()
+    stall_after: float = 900.0
+    retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
     started: datetime | None = None
+
+    @property
+    def db_unavailable_limit(self) -> float:
+        """``db.unavailable_limit`` (s)."""
+        return self.db.unavailable_limit
 
     @property
     def stores(self) -> tuple[int, ...]:

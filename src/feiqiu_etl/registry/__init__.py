@@ -29,16 +29,19 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from feiqiu_etl.formats import iso
+
 CANCEL_CHANNEL = "feiqiu_etl_cancel"
 RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
 """What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (:func:`new_run_id`); anything
 else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
 database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
-STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "INTERRUPTED", "DEADLINE")
+STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "DEADLINE", "INTERRUPTED")
+"""What ``etl_meta.run.status`` holds: RUNNING, the final statuses of ``runner.results.STATUSES`` and INTERRUPTED."""
 HOST = socket.gethostname()
 
 _LIST_COLUMNS = ("run_id, status, command, started_at, finished_at, heartbeat_at, host, pid, stores, tasks, lanes, "
-                 "rows_written, requests, rejections, errors, exit_code, error, cancel_requested_at")
+                 "rows_written, requests, rejections, errors, exit_code, error, cancel_requested_at, recorded_late_at")
 # seconds as a float (``extract`` gives numeric, which JSON would carry as a string)
 _DURATION = "extract(epoch FROM coalesce(finished_at, now()) - started_at)::float8 AS duration"
 
@@ -104,16 +107,20 @@ def cancel_request(conn: psycopg.Connection, run_id: str) -> tuple[datetime | No
 
 
 def finish_run(conn: psycopg.Connection, run_id: str, *, status: str, exit_code: int, summary: dict | None,
-               error: str | None = None, totals: Mapping[str, int] | None = None) -> None:
+               error: str | None = None, totals: Mapping[str, int] | None = None,
+               late_end: datetime | None = None) -> None:
     """Record the end of a run (only a run still ``RUNNING`` or ``INTERRUPTED`` is updated). ``totals`` are
     ``RunResult.totals()``: ``rows_written``, ``requests``, ``rejections`` and ``errors`` are kept in the
-    run's columns (a missing one as 0; others are ignored)."""
+    run's columns (a missing one as 0; others are ignored). ``late_end``: the run ended then, and its record is
+    written late (:mod:`feiqiu_etl.registry.late`: ``recorded_late_at`` = now); None: it ends now."""
     counts = [int((totals or {}).get(k, 0)) for k in ("rows_written", "requests", "rejections", "errors")]
     conn.execute(
-        "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, finished_at = now(), "
-        "heartbeat_at = now(), live = NULL, rows_written = %s, requests = %s, rejections = %s, errors = %s "
+        "UPDATE etl_meta.run SET status = %s, exit_code = %s, summary = %s, error = %s, "
+        "finished_at = coalesce(%s, now()), heartbeat_at = coalesce(%s, now()), live = NULL, rows_written = %s, "
+        "requests = %s, rejections = %s, errors = %s, recorded_late_at = CASE WHEN %s THEN now() END "
         "WHERE run_id = %s AND status IN ('RUNNING', 'INTERRUPTED')",
-        (status, exit_code, Jsonb(summary) if summary is not None else None, error, *counts, run_id))
+        (status, exit_code, Jsonb(summary) if summary is not None else None, error, late_end, late_end,
+         *counts, late_end is not None, run_id))
     conn.commit()
 
 
@@ -160,7 +167,8 @@ def run_requests(conn: psycopg.Connection, run_id: str) -> list[dict[str, Any]]:
 def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
     """Mark ``INTERRUPTED`` every ``RUNNING`` run whose process is gone: on this host, its pid is dead (or now
     belongs to another process); elsewhere, its heartbeat is older than ``stale_after`` seconds. Returns
-    the run ids marked (:func:`feiqiu_etl.alerts.sweep_and_alert` alerts about them: what commands call)."""
+    the run ids marked (:func:`feiqiu_etl.alerts.sweep_and_alert` alerts about them: what commands call; it
+    writes the records kept because the database did not answer when their run ended first, :mod:`.late`)."""
     rows = conn.execute(
         "SELECT run_id, host, pid, process_started, heartbeat_at, now() - coalesce(heartbeat_at, started_at) "
         "FROM etl_meta.run WHERE status = 'RUNNING'").fetchall()
@@ -188,7 +196,7 @@ def sweep_interrupted(conn: psycopg.Connection, stale_after: float = 30.0) -> li
 def request_cancel(conn: psycopg.Connection, run_id: str, by: str | None = None) -> str | None:
     """Ask a running run to cancel: durable flag + ``NOTIFY``. Returns the run's status before (None if
     there is no such run); only a ``RUNNING`` run is flagged."""
-    by = by or f"{_user()}@{HOST} pid {os.getpid()}"
+    by = by or f"{os_user()}@{HOST} pid {os.getpid()}"
     row = conn.execute("SELECT status FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
     if row is None:
         conn.commit()
@@ -235,11 +243,12 @@ def _filters(status: str | None, store: int | None) -> tuple[str, list]:
 
 
 def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> dict[str, Any] | None:
-    """One run: its record (with ``summary``, ``args``, ``config``, ``live``), the ``alerts`` sent about it
+    """One run: its record (with ``summary``, ``args``, ``config``, ``live``, ``pruned_at``: when retention removed
+    its log and request timeline, :mod:`.retention`), the ``alerts`` sent about it
     (:func:`feiqiu_etl.alerts.record.alerts_of_run`) and, optionally, ``log``."""
     with conn.cursor(row_factory=dict_row) as cur:
         run = cur.execute(
-            f"SELECT {_LIST_COLUMNS}, args, config, summary, live, version, cancel_requested_by, "
+            f"SELECT {_LIST_COLUMNS}, args, config, summary, live, version, cancel_requested_by, pruned_at, "
             f"{_DURATION} FROM etl_meta.run WHERE run_id = %s", (run_id,)).fetchone()
         if run is not None:
             from feiqiu_etl.alerts.record import alerts_of_run
@@ -321,14 +330,15 @@ def matching_runs(conn: psycopg.Connection, prefix: str, limit: int = 6) -> list
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with datetimes as ISO 8601 strings with their offset, ``Decimal`` as float and ``timedelta``
-    as seconds: what ``runs``/``show``/``status --json`` print and the web API answers, so both agree."""
+    """``value`` with datetimes as ISO 8601 strings with their offset in the display zone
+    (:func:`feiqiu_etl.formats.iso`), ``Decimal`` as float and ``timedelta`` as seconds: what
+    ``runs``/``show``/``status --json`` print and the web API answers, so both agree."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, (datetime, date)):
-        return value.isoformat()
+        return iso(value)
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, timedelta):
@@ -360,7 +370,9 @@ def last_loaded(conn: psycopg.Connection, connector: str) -> list[dict[str, Any]
     return rows
 
 
-def _user() -> str:
+def os_user() -> str:
+    """The operating-system user of this process ("unknown" when the system has no name for it): who cancelled
+    a run, who reset state."""
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name in some containers

@@ -4,12 +4,18 @@ About once a second (``interval``) it publishes the run's heartbeat and live sta
 ``etl_meta.run``, flushes queued log entries to ``etl_meta.run_log``, checks the lane guard and looks at
 the durable cancel flag. In between it waits on ``LISTEN`` (PostgreSQL LISTEN/NOTIFY), so ``feiqiu-etl
 cancel RUN_ID`` wakes it at once; the flag covers a missed notification. It owns one autocommit
-connection; if the database goes away it keeps trying (the run itself decides how long it can live
-without one) and never raises into the run.
+connection, whose statements the run's database watchdog watches (a server that stops answering drops it);
+if the database goes away it keeps trying (the run itself decides how long it can live without one) and
+never raises into the run.
+
+It is also the lanes' watchdog: each beat it looks at every lane's ``stalled_for`` (no progress for longer than
+``run.stall_after``) and logs when a lane stalls and when it moves again, with what it waits for; ``status``
+and the web page show the same figure from the live snapshot. The look needs no database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -56,6 +62,8 @@ class RunControl:
         self._interval = interval
         self._guard = guard
         self._on_lane_lost = on_lane_lost
+        self._watchdog = None  # a feiqiu_etl.db.health.DatabaseWatchdog (watched_by)
+        self._stalled: dict[str, float] = {}   # lane name -> when it was reported stalled
         self._conn: psycopg.Connection | None = None
         self._logs: queue.SimpleQueue[dict] = queue.SimpleQueue()
         self._requests: queue.SimpleQueue[dict] = queue.SimpleQueue()
@@ -68,17 +76,25 @@ class RunControl:
         self._last_beat: float | None = None
 
     # -------------------------------------------------------------------------------------- lifecycle
+    def watched_by(self, watchdog) -> "RunControl":
+        """Let the run's :class:`~feiqiu_etl.db.health.DatabaseWatchdog` watch this control's statements (a server
+        that stops answering then drops its connection instead of holding the heartbeat up). Before :meth:`start`."""
+        self._watchdog = watchdog
+        return self
+
     def start(self) -> "RunControl":
         self._thread = threading.Thread(target=self._loop, name="run-control", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """Stop the thread after a last beat and log flush (waits up to 5 s)."""
+    def stop(self, wait: float = 5.0) -> None:
+        """Stop the thread after a last beat and log flush (waits up to ``wait`` s: less when the database does not
+        answer — the run ends all the same, and the thread, a daemon, goes with the process)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(5)
-        self._close()
+            self._thread.join(wait)
+        if self._thread is None or not self._thread.is_alive():
+            self._close()
 
     def log(self, entry: dict) -> None:
         """Queue one stored-log entry ``{ts, level, lane, site_id, task, message}`` (thread-safe)."""
@@ -89,9 +105,14 @@ class RunControl:
         self._requests.put(record)
 
     def flush_now(self) -> None:
-        """Write queued log entries from the calling thread (used at the very end of a run)."""
+        """Write queued log entries from the calling thread (used at the very end of a run; not while the control
+        thread still runs, nor when it has no connection: the database did not answer it)."""
+        if self._conn is None or (self._thread is not None and self._thread.is_alive()):
+            return
         try:
-            self._flush_logs(self._connection())
+            conn = self._connection()
+            with self._watched(conn):
+                self._flush_logs(conn)
         except psycopg.Error:
             pass
 
@@ -100,10 +121,12 @@ class RunControl:
         while True:
             stopping = self._stop.is_set()
             started = time.monotonic()
+            live = self._snapshot()
             try:
                 conn = self._connection()
-                self._beat(conn)
-                self._flush_logs(conn)
+                with self._watched(conn):
+                    self._beat(conn, live)
+                    self._flush_logs(conn)
             except psycopg.Error as exc:
                 self._failed += 1
                 if self._failed in (1, 10) or self._failed % 60 == 0:
@@ -117,11 +140,36 @@ class RunControl:
                 return
             self._listen(max(0.0, self._interval - (time.monotonic() - started)))
 
-    def _beat(self, conn: psycopg.Connection) -> None:
+    def _snapshot(self) -> dict:
+        """The live status as JSON (and the lanes' watchdog's look at it); never raises."""
         try:
-            live = self._live().to_dict()
+            live = self._live()
         except Exception as exc:  # noqa: BLE001 - a broken snapshot must not stop the heartbeat
-            live = {"error": f"snapshot failed: {one_line(exc, 200, with_type=False)}"}
+            return {"error": f"snapshot failed: {one_line(exc, 200, with_type=False)}"}
+        self._watch_lanes(live)
+        return live.to_dict()
+
+    def _watch_lanes(self, live: RunStatistics) -> None:
+        """Log a lane that stalls (once) and when it moves again."""
+        for lane in live.lanes:
+            if lane.stalled_for is not None and lane.name not in self._stalled:
+                self._stalled[lane.name] = time.monotonic()
+                cur = lane.current
+                doing = f"{cur.task} {cur.request or ''}".strip() if cur is not None else "no request"
+                waiting = ("for the upstream's response" if cur is not None and cur.in_flight else
+                           f"for {lane.wait_reason}" if lane.wait_reason else "for its tasks (processing, writing)")
+                log.warning("lane %s: no progress for %.0f s (%s; waiting %s)", lane.name, lane.stalled_for, doing,
+                            waiting)
+            elif lane.stalled_for is None and lane.name in self._stalled:
+                since = self._stalled.pop(lane.name)
+                log.warning("lane %s: moving again after %.0f s%s", lane.name, time.monotonic() - since,
+                            "" if lane.state == "running" else f" ({lane.state})")
+
+    def _watched(self, conn: psycopg.Connection):
+        """The body's statements on ``conn``, watched by the run's database watchdog (if any)."""
+        return self._watchdog.track(conn, "run control") if self._watchdog is not None else contextlib.nullcontext()
+
+    def _beat(self, conn: psycopg.Connection, live: dict) -> None:
         requested_at, by = registry.heartbeat(conn, self._run_id, live)
         self._beats += 1
         self._last_beat = time.monotonic()
@@ -162,7 +210,8 @@ class RunControl:
                 if any(n.payload == self._run_id for n in notes) and not self._cancellation.is_cancelled:
                     # Only a recorded request cancels: any role that can connect can NOTIFY, but only
                     # `feiqiu-etl cancel` and the web page (which write etl_meta.run) set the flag.
-                    requested_at, by = registry.cancel_request(conn, self._run_id)
+                    with self._watched(conn):
+                        requested_at, by = registry.cancel_request(conn, self._run_id)
                     if requested_at is None:
                         log.warning("ignored a cancel notification with no recorded cancel request")
                         continue
@@ -180,7 +229,12 @@ class RunControl:
         if self._conn is None or self._conn.closed:
             conn = self._connect(self._dsn)
             conn.autocommit = True
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(registry.CANCEL_CHANNEL)))
+            try:
+                with self._watched(conn):
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(registry.CANCEL_CHANNEL)))
+            except psycopg.Error:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 

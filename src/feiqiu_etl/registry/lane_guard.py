@@ -12,6 +12,7 @@ reconnects and takes the locks again (and reports a lane it could not get back).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -22,6 +23,8 @@ from datetime import datetime, timezone
 from typing import Callable
 
 import psycopg
+
+from feiqiu_etl.formats import when
 
 from feiqiu_etl.registry import HOST
 
@@ -49,35 +52,49 @@ class LaneBusy(Exception):
         h = self.holder
         if h.get("run_id"):
             who = (f"run {h.get('run_id')} (host {h.get('host')}, pid {h.get('pid')}, since "
-                   f"{h['acquired_at']:%Y-%m-%d %H:%M:%S %Z})")
+                   f"{when(h['acquired_at'])})")
         elif h.get("backend_pid"):
             who = (f"a database session that is no feiqiu-etl run (PostgreSQL backend pid {h['backend_pid']}, "
                    f"role {h.get('role')})")
         else:
             who = "another session"
-        waited_text = f" after waiting {waited:.0f} s" if waited > 0 else ""
+        waited_text = f" after waiting {waited:.0f} s" if waited >= 0.5 else ""
         super().__init__(f"lane {lane} ({lane_key}) is in use by {who}{waited_text}; the upstream bans a token "
                          "that sends in parallel, so this run does not start it (--wait-for-lane SECONDS waits)")
 
 
 @dataclass(frozen=True)
 class LaneGuardStatistics:
+    """Lanes ``held`` now, ``waiting`` for another process to release them, ``lost`` while the database was
+    away; ``reconnects`` of the guard's session."""
+
     held: tuple[str, ...]
     reconnects: int
     lost: tuple[str, ...]
+    waiting: tuple[str, ...] = ()
 
 
 class LaneGuard:
-    """The advisory locks of one run's lanes on one dedicated connection (see module docstring)."""
+    """The advisory locks of one run's lanes on one dedicated connection (see module docstring).
 
-    def __init__(self, dsn: str, run_id: str, *, connect: Callable[[str], psycopg.Connection]):
+    One session holds the locks of every token of the run, whatever their number: it is never lent to anyone
+    else (it is not a connection of the run's pool). Every statement on it is short and, with a ``watchdog``
+    (:class:`~feiqiu_etl.db.health.DatabaseWatchdog`), watched: a server that stops answering drops it, and
+    :meth:`check` takes the locks again once the server answers. The internal lock is held only for one
+    statement at a time, never while waiting for a lane, so :meth:`check` (the run control's heartbeat) and a
+    cancel are never held up by a lane another process holds.
+    """
+
+    def __init__(self, dsn: str, run_id: str, *, connect: Callable[[str], psycopg.Connection], watchdog=None):
         self._dsn = dsn
         self._run_id = run_id
         self._connect = connect
+        self._watchdog = watchdog
         self._conn: psycopg.Connection | None = None
         self._held: dict[str, str] = {}   # lane key -> lane name
         self._lost: list[str] = []
         self._reconnects = 0
+        self._waiting: dict[str, str] = {}   # lane key -> lane name, while acquire_all waits for it
         self._lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection:
@@ -86,93 +103,182 @@ class LaneGuard:
             self._conn.autocommit = True
         return self._conn
 
+    def _execute(self, conn: psycopg.Connection, query: str, params: tuple = ()) -> list[tuple]:
+        """One statement on the guard's session, watched by the watchdog (if any)."""
+        watch = self._watchdog.track(conn, "lane guard") if self._watchdog is not None else contextlib.nullcontext()
+        with watch:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
     def acquire(self, lane: str, lane_key: str, *, wait: float | None = None,
                 cancel_event: threading.Event | None = None) -> None:
         """Take the lock of ``lane_key`` or raise :class:`LaneBusy` (after up to ``wait`` s; None = at once).
         Raises ``feiqiu_etl.pipeline.Cancelled`` if ``cancel_event`` fires while waiting."""
+        outcome = self.acquire_all([(lane, lane_key)], wait=wait, cancel_event=cancel_event)[lane]
+        if outcome is not None:
+            raise outcome
+
+    def acquire_all(self, lanes: list[tuple[str, str]], *, wait: float | None = None,
+                    cancel_event: threading.Event | None = None,
+                    on_acquired: Callable[[str], None] | None = None) -> dict[str, Exception | None]:
+        """Take the locks of ``lanes`` (``(name, lane_key)`` pairs) together: every lane not yet held is tried
+        every 0.25 s (``pg_try_advisory_lock``: never a blocking lock wait) until all are held or ``wait``
+        seconds have passed (None: one try). ``on_acquired(name)`` is called for each lane the moment it is
+        taken. Returns ``{name: None}`` for a lane taken, else the exception that refused it: :class:`LaneBusy`
+        (naming the holder), ``Cancelled`` when ``cancel_event`` fired while waiting (noticed within 0.25 s), or
+        the database's error."""
         from feiqiu_etl.pipeline.errors import Cancelled
 
         started = time.monotonic()
+        outcome: dict[str, Exception | None] = {}
+        todo: dict[str, str] = {}
         with self._lock:
-            if any(token_part(k) == token_part(lane_key) for k in self._held):  # session locks are re-entrant
-                raise LaneBusy(lane, lane_key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
-                                                "acquired_at": datetime.now(timezone.utc)}, 0.0)
-            conn = self._connection()
-            while not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(lane_key),)).fetchone()[0]:
+            tokens = {token_part(k) for k in self._held}
+            for name, key in lanes:
+                if token_part(key) in tokens:  # session locks are re-entrant: one token, one lane per run
+                    outcome[name] = LaneBusy(name, key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
+                                                         "acquired_at": datetime.now(timezone.utc)}, 0.0)
+                    continue
+                tokens.add(token_part(key))
+                todo[key] = name
+            self._waiting.update(todo)
+        try:
+            while todo:
+                for key, name in list(todo.items()):
+                    try:
+                        taken = self._try(name, key)
+                    except psycopg.Error as exc:
+                        outcome[name] = exc
+                        del todo[key]
+                        continue
+                    if taken:
+                        outcome[name] = None
+                        del todo[key]
+                        if time.monotonic() - started > POLL:
+                            log.warning("lane %s: got the lane after waiting %.1f s", name, time.monotonic() - started)
+                        if on_acquired is not None:
+                            on_acquired(name)
                 waited = time.monotonic() - started
-                if wait is None or waited >= wait:
-                    raise LaneBusy(lane, lane_key, self._holder(conn, lane_key), waited)
-                if cancel_event is not None and cancel_event.wait(POLL):
-                    raise Cancelled()
-                if cancel_event is None:
+                if todo and (wait is None or waited >= wait):
+                    for key, name in todo.items():
+                        outcome[name] = LaneBusy(name, key, self._holder_of(key), waited)
+                    todo.clear()
+                if todo and cancel_event is not None and cancel_event.wait(POLL):
+                    for name in todo.values():
+                        outcome[name] = Cancelled()
+                    todo.clear()
+                elif todo and cancel_event is None:
                     time.sleep(POLL)
-            self._held[lane_key] = lane
-            conn.execute(
-                "INSERT INTO etl_meta.lane_lock (lane_key, run_id, lane, host, pid, acquired_at) "
-                "VALUES (%s, %s, %s, %s, %s, now()) ON CONFLICT (lane_key) DO UPDATE SET run_id = EXCLUDED.run_id, "
-                "lane = EXCLUDED.lane, host = EXCLUDED.host, pid = EXCLUDED.pid, acquired_at = EXCLUDED.acquired_at",
-                (lane_key, self._run_id, lane, HOST, os.getpid()))
-        if time.monotonic() - started > POLL:
-            log.warning("lane %s: got the lane after waiting %.1f s", lane, time.monotonic() - started)
+        finally:
+            with self._lock:
+                for key in [k for k, _ in lanes]:
+                    self._waiting.pop(key, None)
+        return outcome
+
+    def _try(self, lane: str, lane_key: str) -> bool:
+        """One ``pg_try_advisory_lock``; when it is taken, record the holder in ``etl_meta.lane_lock``."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                if not self._execute(conn, "SELECT pg_try_advisory_lock(%s)", (lock_key(lane_key),))[0][0]:
+                    return False
+                self._held[lane_key] = lane
+                self._execute(
+                    conn,
+                    "INSERT INTO etl_meta.lane_lock (lane_key, run_id, lane, host, pid, acquired_at) "
+                    "VALUES (%s, %s, %s, %s, %s, now()) ON CONFLICT (lane_key) DO UPDATE SET run_id = "
+                    "EXCLUDED.run_id, lane = EXCLUDED.lane, host = EXCLUDED.host, pid = EXCLUDED.pid, "
+                    "acquired_at = EXCLUDED.acquired_at",
+                    (lane_key, self._run_id, lane, HOST, os.getpid()))
+                return True
+            except psycopg.Error:
+                if conn.broken or conn.closed:
+                    self._drop_connection()
+                raise
+
+    def _holder_of(self, lane_key: str) -> dict | None:
+        with self._lock:
+            try:
+                return self._holder(self._connection(), lane_key, self._execute)
+            except psycopg.Error:
+                return None
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
 
     @staticmethod
-    def _holder(conn: psycopg.Connection, lane_key: str) -> dict | None:
+    def _holder(conn: psycopg.Connection, lane_key: str, execute) -> dict | None:
         """Who holds the lock: the run recorded for the lane if that run is still RUNNING, else the session
         PostgreSQL shows holding it (e.g. someone took the advisory lock by hand)."""
-        row = conn.execute("SELECT l.run_id, l.host, l.pid, l.acquired_at FROM etl_meta.lane_lock l "
-                           "JOIN etl_meta.run r ON r.run_id = l.run_id WHERE substring(l.lane_key from '[^:]*$') = %s "
-                           "AND r.status = 'RUNNING' ORDER BY l.acquired_at DESC LIMIT 1",
-                           (token_part(lane_key),)).fetchone()
-        if row:
-            return dict(zip(("run_id", "host", "pid", "acquired_at"), row))
+        rows = execute(conn, "SELECT l.run_id, l.host, l.pid, l.acquired_at FROM etl_meta.lane_lock l "
+                             "JOIN etl_meta.run r ON r.run_id = l.run_id WHERE substring(l.lane_key from '[^:]*$') = %s "
+                             "AND r.status = 'RUNNING' ORDER BY l.acquired_at DESC LIMIT 1", (token_part(lane_key),))
+        if rows:
+            return dict(zip(("run_id", "host", "pid", "acquired_at"), rows[0]))
         key = lock_key(lane_key) & 0xFFFFFFFFFFFFFFFF  # a bigint key is (classid, objid) = (high, low) 32 bits
-        row = conn.execute("SELECT a.pid, a.usename FROM pg_locks k JOIN pg_stat_activity a ON a.pid = k.pid "
-                           "WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1 "
-                           "AND k.classid = %s::bigint::oid AND k.objid = %s::bigint::oid AND k.database = "
-                           "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1",
-                           (key >> 32, key & 0xFFFFFFFF)).fetchone()
-        return {"backend_pid": row[0], "role": row[1]} if row else None
+        rows = execute(conn, "SELECT a.pid, a.usename FROM pg_locks k JOIN pg_stat_activity a ON a.pid = k.pid "
+                             "WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1 "
+                             "AND k.classid = %s::bigint::oid AND k.objid = %s::bigint::oid AND k.database = "
+                             "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1",
+                             (key >> 32, key & 0xFFFFFFFF))
+        return {"backend_pid": rows[0][0], "role": rows[0][1]} if rows else None
 
     def check(self) -> list[str]:
         """Make sure the locks are still held (reconnecting after a lost connection). Returns the lanes
-        whose lock another process took meanwhile (the caller must stop them)."""
+        whose lock another process took meanwhile (the caller must stop them). Never waits for a lane."""
         with self._lock:
             if not self._held:
                 return []
             try:
-                self._connection().execute("SELECT 1")
+                self._execute(self._connection(), "SELECT 1")
                 return []
             except psycopg.Error:
                 pass
             try:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
+                self._drop_connection()
                 conn = self._connection()
             except psycopg.Error:
                 return []  # the database is away; the next check tries again
             self._reconnects += 1
             lost = []
-            for key, lane in list(self._held.items()):
-                if not conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(key),)).fetchone()[0]:
-                    lost.append(lane)
-                    del self._held[key]
+            try:
+                for key, lane in list(self._held.items()):
+                    if not self._execute(conn, "SELECT pg_try_advisory_lock(%s)", (lock_key(key),))[0][0]:
+                        lost.append(lane)
+                        del self._held[key]
+            except psycopg.Error:
+                self._drop_connection()  # gone again: the next check tries again
             self._lost.extend(lost)
             if lost:
                 log.error("lane guard: lost the lock of %s while the database was away", ", ".join(lost))
             return lost
 
     def release(self) -> None:
-        """Release every lock (closing the connection does it too)."""
-        with self._lock:
+        """Release every lock: closing the session does it (no statement, so it never waits on the server). When
+        the session is busy in another thread (the run control's check, on a server that does not answer), its
+        socket is shut down instead — the server ends the session, and the locks with it, when it notices — and
+        nothing waits for that thread."""
+        from feiqiu_etl.db.connection import abandon
+
+        locked = self._lock.acquire(timeout=0.5)
+        try:
             conn, self._conn = self._conn, None
             self._held.clear()
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
+        finally:
+            if locked:
+                self._lock.release()
+        if conn is None:
+            return
+        if not locked:
+            abandon(conn)
+            return
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
 
     def statistics(self) -> LaneGuardStatistics:
         with self._lock:
-            return LaneGuardStatistics(tuple(self._held.values()), self._reconnects, tuple(self._lost))
+            return LaneGuardStatistics(tuple(self._held.values()), self._reconnects, tuple(self._lost),
+                                       tuple(self._waiting.values()))

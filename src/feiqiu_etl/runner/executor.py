@@ -56,9 +56,11 @@ class TaskExecutor:
                 run = self._crashed(task, exc)
             r = run.result
             logger.info("done: %s requests=%d (attempts %d) fetched=%d (details %d) inserted=%d updated=%d "
-                        "skipped=%d deleted=%d rate_limited=%d errors=%d", r.status, r.total_requests, r.attempts,
-                        r.total_fetched, r.detail_fetched, r.total_inserted, r.total_updated, r.total_skipped,
-                        r.total_deleted, r.rate_limited, len(r.errors))
+                        "skipped=%d failed=%d not_written=%d deleted=%d details=%d/%d/%d of %d asked "
+                        "rate_limited=%d errors=%d", r.status, r.total_requests, r.attempts, r.total_fetched,
+                        r.detail_fetched, r.total_inserted, r.total_updated, r.total_skipped, r.rows_failed,
+                        r.rows_not_written, r.total_deleted, r.detail_success, r.detail_failure, r.detail_skipped,
+                        r.detail_asked, r.rate_limited, len(r.errors))
             return run
         finally:
             logger.removeHandler(handler)

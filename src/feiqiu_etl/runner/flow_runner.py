@@ -4,13 +4,21 @@ Order: record the run (``etl_meta.run``, RUNNING) → take every lane's cross-pr
 another process is refused, or waited for) → start :class:`~feiqiu_etl.registry.control.RunControl` (heartbeat,
 live status, remote cancel, stored log) → run all lanes at once, one thread each, every lane strictly
 serial → load DWD (dimensions, then facts) unless the run was cancelled → combine the statuses
-(:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`). The caller prepares the database (DDL, :func:`prepare_database`) and
+(:mod:`.results`) → finish the record → send the alerts it calls for (:mod:`feiqiu_etl.alerts`) → prune runs past
+``run.retention_days`` (:mod:`feiqiu_etl.registry.retention`). The caller prepares the database (DDL, :func:`prepare_database`) and
 handles signals; everything else about a run happens here.
+
+Database use is bounded (issue 19): the lanes' writers, the DWD tables and the run's record share ONE pool of
+``db.pool_size`` connections (:class:`~feiqiu_etl.db.health.DatabaseHealth`), whatever the number of lanes; the
+lane guard's session and the run control's (heartbeat, LISTEN) come on top, and the database watchdog's probe
+while in doubt. A record the database does not take (it stopped answering) is kept for later
+(:mod:`feiqiu_etl.registry.late`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -32,7 +40,9 @@ from feiqiu_etl.runner.results import FAILED, RunResult
 from feiqiu_etl import registry
 from feiqiu_etl.registry.control import RunControl
 from feiqiu_etl.registry import Invocation
+from feiqiu_etl.formats import iso
 from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
+from feiqiu_etl.registry.late import database_identity
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
@@ -47,12 +57,15 @@ class RunnerWiring:
     """How a runner reaches the outside: ``connect`` opens a database connection (None: Asia/Shanghai sessions,
     :func:`feiqiu_etl.db.connection.connect`), ``client_factory`` builds each lane's API client,
     ``heartbeat`` is the seconds between heartbeats (live status, cancel check), ``abortable`` lets a cancel
-    abort the request in flight."""
+    abort the request in flight; ``database`` the warehouse's identity (below)."""
 
     connect: Callable[[str], psycopg.Connection] | None = None
     client_factory: Callable[..., APIClient] = APIClient
     heartbeat: float = 1.0
     abortable: bool = True
+    database: str | None = None
+    """:func:`feiqiu_etl.registry.late.database_identity` of the warehouse, when the caller knows it (planning did):
+    where a record the database did not take is written later."""
 
 
 def envelope_rules(connector: Connector) -> EnvelopeRules:
@@ -95,14 +108,14 @@ class FlowRunner:
         self._connect = wiring.connect or db_connect
         self.heartbeat = wiring.heartbeat
         self.result = RunResult(self.run_id, plan.connector.name)
-        self.health = DatabaseHealth(dsn, self._connect, limit=plan.db_unavailable_limit,
-                                     cancel_event=self.cancellation.event, on_down=self._db_down, on_up=self._db_up,
-                                     on_gave_up=self._db_gone)
+        self.health = DatabaseHealth(dsn, self._connect, limits=plan.db, cancel_event=self.cancellation.event,
+                                     on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         tasks = TaskContext(dsn, self.run_id, self.cancellation, conventions=ApiConventions.of(plan.connector),
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
                             connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
-                              store_request=self._store_request, client_factory=wiring.client_factory)
+                              store_request=self._store_request, client_factory=wiring.client_factory,
+                              stall_after=plan.stall_after)
         self.lanes = [LaneRunner(lane, runtime) for lane in plan.lanes] if plan.load_ods else []
         self.result.lanes = [lane.result for lane in self.lanes]
         self.control: RunControl | None = None
@@ -112,26 +125,30 @@ class FlowRunner:
         self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
         self._sampled = float("-inf")
         self._t0 = time.monotonic()
+        self._started_at: datetime | None = None
+        self._database = wiring.database   # where the run is recorded (registry.late.database_identity)
 
     # ------------------------------------------------------------------------------------------------ run
     def run(self) -> RunResult:
         started = datetime.now(timezone.utc)
         self._t0 = time.monotonic()
-        self.result.started_at = started.isoformat()
+        self.result.started_at = iso(started)  # ISO 8601 with the display zone's offset
+        self._started_at = started
         plan = self.plan
-        with self.health.slot() as slot:
-            slot.run(lambda conn: registry.start_run(
-                conn, self.invocation, config=plan.settings, lanes=[lane.key for lane in plan.lanes],
-                stores=plan.stores, tasks=plan.task_codes, started_at=started))
+        try:
+            self.health.slot().run(self._start_record)
+        except DatabaseUnavailable as exc:  # the database stopped answering as the run began: it ends here
+            return self._lost_at_start(exc)
         RunIdFilter.run_id = self.run_id
         from feiqiu_etl.alerts import warm_up  # loads Apprise meanwhile, so the end spends only the bound
 
         warm_up()
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
-        self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect)
-        self.control = RunControl(self.dsn, self.run_id, self.cancellation, live=self.statistics, connect=self._connect,
-                                  interval=self.heartbeat, guard=self.guard, on_lane_lost=self._lanes_lost).start()
+        self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
+        self.control = RunControl(self.dsn, self.run_id, self.cancellation, live=self.statistics,
+                                  connect=self._connect, interval=self.heartbeat, guard=self.guard,
+                                  on_lane_lost=self._lanes_lost).watched_by(self.health.watchdog).start()
         try:
             log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
                      len(plan.stores), plan.task_count, ", then DWD" if plan.dwd else "")
@@ -147,7 +164,7 @@ class FlowRunner:
                     t.join(0.2)
             if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
                 log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
-            elif plan.dwd is not None and not self.cancellation.is_cancelled:
+            elif plan.dwd is not None and not self.cancellation.is_cancelled and not self.result.database_lost:
                 self._phase = "dwd"
                 self.result.dwd = self._run_dwd()
         finally:
@@ -155,31 +172,54 @@ class FlowRunner:
             self.result.finish(self.cancellation.is_cancelled)
             if self.cancellation.is_cancelled and self.cancellation.reason:
                 self.result.error = self.result.error or f"cancelled ({self.cancellation.reason})"
-            self.result.finished_at = datetime.now(timezone.utc).isoformat()
+            self.result.finished_at = iso(datetime.now(timezone.utc))
             self._record_end()
             logging.getLogger("feiqiu_etl").removeHandler(handler)
             self.guard.release()
+            self.health.close()
         from feiqiu_etl.alerts import after_run  # bounded by alerts.timeout_seconds; never raises
 
         self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._connect)
+        if not self.result.database_lost:
+            from feiqiu_etl.registry.retention import prune_after_run  # bounded; never raises
+
+            prune_after_run(self.dsn, plan.retention_days, connect=self._connect)
+        return self.result
+
+    def _start_record(self, conn: psycopg.Connection) -> None:
+        plan = self.plan
+        self._database = database_identity(conn)
+        registry.start_run(conn, self.invocation, config=plan.settings, lanes=[lane.key for lane in plan.lanes],
+                           stores=plan.stores, tasks=plan.task_codes, started_at=self._started_at)
+
+    def _lost_at_start(self, exc: BaseException) -> RunResult:
+        """The run could not even be recorded as started: it ends FAILED (exit 7) and keeps its record."""
+        self.result.database_lost = True
+        self.result.error = one_line(exc, with_type=False)
+        for lane in self.lanes:
+            lane.refuse(self.result.error)
+        self.result.finish(self.cancellation.is_cancelled)
+        self.result.finished_at = iso(datetime.now(timezone.utc))
+        self._keep_record(self.result.to_dict())
+        self.health.close()
         return self.result
 
     def _take_lanes(self) -> list[LaneRunner]:
-        """Acquire every lane's cross-process guard; a lane held elsewhere is refused (the others run)."""
+        """Acquire every lane's cross-process guard, all together (a lane held elsewhere is refused, or waited
+        for up to ``wait_for_lane`` while the others are tried too); the others run."""
+        outcome = self.guard.acquire_all([(lane.plan.name, lane.plan.key) for lane in self.lanes],
+                                         wait=self.plan.wait_for_lane, cancel_event=self.cancellation.event)
         out = []
         for lane in self.lanes:
-            try:
-                self.guard.acquire(lane.plan.name, lane.plan.key, wait=self.plan.wait_for_lane,
-                                   cancel_event=self.cancellation.event)
-            except LaneBusy as busy:
-                log.error("%s", busy)
-                lane.refuse(str(busy), busy=True)
-                continue
-            except Exception as exc:  # noqa: BLE001 - Cancelled while waiting, or the database went away
-                reason = "cancelled while waiting for the lane" if self.cancellation.is_cancelled else one_line(exc)
-                lane.refuse(reason)
-                continue
-            out.append(lane)
+            refused = outcome.get(lane.plan.name)
+            if isinstance(refused, LaneBusy):
+                log.warning("%s", refused)  # not a failure: the run is BUSY (exit 6) if every lane is
+                lane.refuse(str(refused), busy=True)
+            elif refused is not None:  # Cancelled while waiting, or the database went away
+                cancelled = self.cancellation.is_cancelled
+                lane.refuse("cancelled while waiting for the lane" if cancelled else one_line(refused))
+            else:
+                out.append(lane)
         return out
 
     def _db_down(self, reason: str) -> None:
@@ -226,18 +266,22 @@ class FlowRunner:
         summary = r.to_dict()
         summary["timeline"] = {"rows": _downsample(self._series + [[round(time.monotonic() - self._t0, 2),
                                                                      r.totals()["rows_written"]]])}
-        if self.control is not None:
-            self.control.stop()
-        if self.control is not None:
+        answering = self.health.answering and not self.health.gave_up
+        if self.control is not None:  # its last beat and log flush; not long when the database does not answer
+            self.control.stop(wait=5.0 if answering else 0.5)
             self.control.flush_now()
         try:
-            with self.health.slot() as slot:
-                slot.run(lambda conn: registry.finish_run(conn, self.run_id, status=r.status, exit_code=r.exit_code,
-                                                          summary=summary, error=r.error or r.first_reason(),
-                                                          totals=r.totals()))
+            self.health.slot().run(lambda conn: registry.finish_run(
+                conn, self.run_id, status=r.status, exit_code=r.exit_code, summary=summary,
+                error=r.error or r.first_reason(), totals=r.totals()))
         except (psycopg.Error, DatabaseUnavailable) as exc:
-            log.error("could not record the end of run %s (it will show as INTERRUPTED): %s", self.run_id,
-                      one_line(exc))
+            log.error("could not record the end of run %s: %s", self.run_id, one_line(exc))
+            self._keep_record(summary)
+
+    def _keep_record(self, summary: dict) -> None:
+        """The database did not take the run's record: keep it for the next command that reaches it."""
+        keep_late_record(self.result, self.invocation, self._database, started_at=self._started_at, plan=self.plan,
+                         summary=summary)
 
     # ------------------------------------------------------------------------------------------------ logs
     def _store_entry(self, item: dict) -> None:
@@ -283,6 +327,32 @@ class FlowRunner:
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]
+
+
+def keep_late_record(result: RunResult, invocation: Invocation, database: str | None, *,
+                     started_at: datetime | None, plan: RunPlan | None = None, summary: dict | None = None) -> None:
+    """Keep the record of a run the database did not take (:mod:`feiqiu_etl.registry.late`), for the next command
+    that reaches ``database``; logs where (or why not). ``plan`` None: the run ended while planning."""
+    from feiqiu_etl import __version__
+    from feiqiu_etl.registry import late
+
+    if database is None:
+        log.error("run %s cannot be recorded: the database never answered it", result.run_id)
+        return
+    now = datetime.now(timezone.utc)
+    record = late.LateRecord(
+        run_id=result.run_id, database=database, command=invocation.command,
+        started_at=(started_at or now).isoformat(), finished_at=result.finished_at or now.isoformat(),
+        status=result.status, exit_code=result.exit_code, error=result.error or result.first_reason(),
+        args=dict(invocation.args), config=plan.settings if plan is not None else {},
+        lanes=tuple(lane.key for lane in plan.lanes) if plan is not None else (),
+        stores=plan.stores if plan is not None else (), tasks=plan.task_codes if plan is not None else (),
+        summary=summary if summary is not None else result.to_dict(), totals=result.totals(), host=registry.HOST,
+        pid=os.getpid(), process_started=registry.process_started(), version=__version__)
+    path = late.keep(record)
+    if path is not None:
+        log.error("run %s: its record is kept in %s and written by the next command that reaches the database",
+                  result.run_id, path)
 
 
 def _downsample(series: list[list[float]], limit: int = 600) -> list[list[float]]:

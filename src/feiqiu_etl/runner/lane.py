@@ -38,7 +38,7 @@ from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestSchedule
 from feiqiu_etl.plan.fit import PHASES, Work, fit_lane, lane_seconds, pace_for
 from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
-from feiqiu_etl.runner.results import CANCELLED, DEADLINE, FAILED, LaneResult, StoreResult, merge_parts
+from feiqiu_etl.runner.results import BUSY, CANCELLED, DEADLINE, FAILED, PARTIAL, LaneResult, StoreResult, merge_parts
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
                                    TaskStatistics)
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
@@ -76,6 +76,8 @@ class LaneRuntime:
     store_log: StoreLog
     store_request: Callable[[dict], None] = lambda record: None
     client_factory: Callable[..., APIClient] = APIClient
+    stall_after: float = 900.0
+    """Seconds without progress after which the lane reports itself stalled (``run.stall_after``)."""
 
 
 class LaneRunner:
@@ -104,12 +106,14 @@ class LaneRunner:
         self._finished: float | None = None
         self._deadline: float | None = None  # monotonic
         self._told_narrowing = False
+        self._moved = time.monotonic()   # the lane's last progress: an attempt ended, a task began or ended, rows
+        self._moved_rows = 0
         self._executor = TaskExecutor(replace(runtime.tasks, cancellation=self.cancellation), lane.name,
                                       runtime.store_log)
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> LaneResult:
-        self._started = time.monotonic()
+        self._started = self._moved = time.monotonic()
         self._arm_deadline()
         try:
             for phase in (PHASES if self.plan.phased else ("all",)):
@@ -126,15 +130,33 @@ class LaneRunner:
             self._finished = time.monotonic()
             self.cancellation.dispose()
             self._close_results()
-        self.result.reason = self.result.reason or self.scheduler.tripped
+        self.result.reason = self.result.reason or self.scheduler.tripped or self._never_reached()
         self.result.statistics = self.totals()
         return self.result
+
+    def _never_reached(self) -> str | None:
+        """``upstream unreachable: …`` when no attempt of the lane reached a server although it sent some —
+        the circuit breaker's reason, also when the lane ran out of requests before ``lane.max_transport_failures``
+        (a one-task run: its request's retries fail, nothing is left to send). Its tasks that loaded nothing are
+        FAILED, as when the breaker trips."""
+        s = self.scheduler.statistics()
+        if not s.requests_sent or s.consecutive_transport_failures < s.requests_sent:
+            return None
+        runs = [t for store in self._stores for t in store.result.tasks if t.skipped is None]
+        last = next((e.get("error") for t in reversed(runs) for e in reversed(t.result.errors)
+                     if e.get("stage") == "request"), None)
+        for t in runs:
+            if not t.result.completed_requests and t.result.status == PARTIAL:
+                t.result.status = FAILED
+        return (f"upstream unreachable: {s.requests_sent} transport failure(s) in a row, not one attempt reached "
+                f"a server" + (f" (last: {last})" if last else ""))
 
     def refuse(self, reason: str, *, busy: bool = False) -> LaneResult:
         """Do not run this lane at all (e.g. another process holds it): every task is reported not run."""
         self.result.reason, self.result.busy = reason, busy
         for store in self._stores:
-            store.result.tasks = [TaskRun.not_run(t, reason, FAILED, self.plan.name)
+            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, BUSY if busy else FAILED,
+                                                  self.plan.name)
                                   for t in self.plan.tasks_of(store.plan.site_id)]
         self.client.close()
         return self.result
@@ -221,6 +243,7 @@ class LaneRunner:
             with self._lock:  # one step: its rows move from the running task to the finished ones
                 store.done.append(run)
                 store.current = None
+            self._moved = time.monotonic()
         if store.refused:
             store.result.reason = store.refused
 
@@ -251,6 +274,7 @@ class LaneRunner:
 
     def _attempt(self, record: AttemptRecord) -> None:
         """One lane attempt, for the run's timeline (wall-clock times, the store's task at that moment)."""
+        self._moved = time.monotonic()
         task = None
         for store in self._stores:
             current = store.current
@@ -273,6 +297,7 @@ class LaneRunner:
     def _observe(self, store: _StoreState, task: BaseOdsTask) -> None:
         with self._lock:
             store.current = task
+        self._moved = time.monotonic()
 
     # -------------------------------------------------------------------------------------------- observe
     def _states(self) -> list[tuple[_StoreState, BaseOdsTask | None, list[TaskRun]]]:
@@ -321,11 +346,22 @@ class LaneRunner:
                    for _, cur, finished, _ in self._states())
 
     def sample(self, now: float | None = None) -> None:
-        """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s`; with a
-        deadline, keep the pace that meets it."""
+        """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s` (rows
+        written count as the lane's progress too); with a deadline, keep the pace that meets it."""
         now = time.monotonic() if now is None else now
-        self._rate.record(now, self.rows_written())
+        rows = self.rows_written()
+        self._rate.record(now, rows)
+        if rows != self._moved_rows:
+            self._moved_rows, self._moved = rows, now
         self._update_pace(now)
+
+    def stalled_for(self, now: float | None = None) -> float | None:
+        """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
+        once that is longer than ``run.stall_after``; None while it moves, before it runs and after it ended."""
+        if self._started is None or self._finished is not None:
+            return None
+        quiet = (time.monotonic() if now is None else now) - self._moved
+        return round(quiet, 1) if quiet > self.rt.stall_after else None
 
     def totals(self) -> LaneTotals:
         """The lane's figures so far (final once :meth:`run` returned)."""
@@ -378,7 +414,7 @@ class LaneRunner:
             rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
             tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
-            pace=None if self.pace is None else round(factor, 3))
+            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now))
 
 
 def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,

@@ -14,6 +14,8 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 import click
@@ -21,11 +23,16 @@ import psycopg
 
 from feiqiu_etl.config import ConfigError
 from feiqiu_etl.config.settings import reveal
+from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.errortext import one_line
+from feiqiu_etl.formats import iso, use_display_zone
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl import exitcodes
+
+
+log = logging.getLogger("feiqiu_etl.run")
 
 
 class UsageFailure(click.ClickException):
@@ -113,7 +120,7 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
     except EmbeddedServerError as exc:
         raise UsageFailure(str(exc)) from None
     try:
-        with on_hard_abort(server.stop), _reviving(server):
+        with on_hard_abort(server.abandon), _reviving(server):
             try:
                 real_dsn = server.ensure_database(name)
                 if prepare is not None:
@@ -136,8 +143,9 @@ def _reviving(server: Any):
     return _listed(_REVIVE, server)
 
 
-def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
-    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions. When a
+def connector_for(timeout: float, limits=None) -> Callable[[str], psycopg.Connection]:
+    """A ``connect(dsn)`` with the configured connect timeout (s) and Asia/Shanghai sessions (with ``limits``, a
+    :class:`~feiqiu_etl.db.connection.DbLimits`: the run's session limits and TCP keepalives too). When a
     connection fails and an embedded server this process started has died (kill -9), that server is started
     again first, so ``DatabaseHealth``'s reconnect finds it (the run goes on instead of waiting out
     ``db.unavailable_limit``)."""
@@ -145,7 +153,7 @@ def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
 
     def open_connection(dsn: str) -> psycopg.Connection:
         try:
-            return connect(dsn, connect_timeout=timeout)
+            return connect(dsn, connect_timeout=timeout, limits=limits)
         except psycopg.OperationalError:
             revived = False
             for server in list(_REVIVE):
@@ -153,7 +161,7 @@ def connector_for(timeout: float) -> Callable[[str], psycopg.Connection]:
                     revived = server.revive() or revived
             if not revived:
                 raise
-            return connect(dsn, connect_timeout=timeout)
+            return connect(dsn, connect_timeout=timeout, limits=limits)
 
     return open_connection
 
@@ -192,9 +200,11 @@ def prepare_inputs(options):
     from feiqiu_etl.plan import prepare
 
     try:
-        return prepare(options)
+        inputs = prepare(options)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
+    use_display_zone(inputs.settings.display.timezone)  # the busy message, the summary: one time zone rule
+    return inputs
 
 
 def plan_run(inputs, conn: psycopg.Connection, *, now=None):
@@ -210,31 +220,84 @@ def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     return build_plan(inputs, history, now=now)
 
 
+@dataclass
+class _Planned:
+    """The plan and the warehouse's identity (:func:`feiqiu_etl.registry.late.database_identity`) — or, when the
+    database stopped answering while planning, the FAILED ``result`` (exit 7) of a run that never started."""
+
+    plan: Any = None
+    database: str | None = None
+    result: Any = None
+
+
+def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection],
+                 cancellation: CancellationToken | None, invocation, *, now=None) -> _Planned:
+    """:func:`plan_run` with the run's database bounds: on a connection of its own that the database watchdog
+    watches, retried after a lost connection (DDL and reads: idempotent), given up after ``db.unavailable_limit``.
+    A database that stops answering here ends the run FAILED (exit 7) with its record kept for later
+    (:mod:`feiqiu_etl.registry.late`); a cancel meanwhile is :class:`CancelledEarly`; any other database error a
+    :class:`UsageFailure` (exit 2), as before."""
+    from feiqiu_etl.db.health import DatabaseHealth
+    from feiqiu_etl.runner.results import RunResult
+    from feiqiu_etl.runner.flow_runner import keep_late_record
+    from feiqiu_etl.registry.late import database_identity
+
+    limits = DbLimits.of(inputs.settings.db)
+    health = DatabaseHealth(dsn, connect, limits=DbLimits(limits.connect_timeout, limits.unavailable_limit, 1,
+                                                          limits.statement_timeout),
+                            cancel_event=cancellation.event if cancellation is not None else None)
+    out = _Planned()
+    started = datetime.now(timezone.utc)
+
+    def planning(conn: psycopg.Connection):
+        out.database = database_identity(conn)
+        return plan_run(inputs, conn, now=now)
+
+    try:
+        out.plan = health.slot().run(planning)
+    except DatabaseUnavailable as exc:
+        if cancellation is not None and cancellation.is_cancelled:
+            raise CancelledEarly("cancelled while preparing the database; nothing was run") from None
+        result = RunResult(invocation.run_id, inputs.connector.name, database_lost=True,
+                           error=f"database unavailable while preparing the run: {_db_error(exc, dsn)}")
+        result.finish(False)
+        result.started_at, result.finished_at = iso(started), iso(datetime.now(timezone.utc))
+        log.error("%s", result.error)
+        keep_late_record(result, invocation, out.database, started_at=started)
+        out.result = result
+    except psycopg.Error as exc:
+        raise UsageFailure(f"cannot prepare the database: {_db_error(exc, dsn)}") from None
+    finally:
+        health.close()
+    return out
+
+
 def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str = "run", args: dict | None = None,
                  progress: bool = True, abortable: bool = True):
     """Validate, start the database if needed (the settings' ``db_dsn``: ``--dsn``, ``$ETL_DB_DSN``, else
     ``database_name`` on the embedded server), plan, and run with signal handling and ``--timeout``.
-    Returns the :class:`~feiqiu_etl.runner.results.RunResult`. Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
+    Returns the :class:`~feiqiu_etl.runner.results.RunResult` (also of a run that ended because the database
+    stopped answering while it was planned: FAILED, exit 7). Raises :class:`UsageFailure`/:class:`CancelledEarly`."""
     from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
     from feiqiu_etl.registry import Invocation
 
     inputs = prepare_inputs(options)
     db_timeout = inputs.settings.db.connect_timeout
-    connect = connector_for(db_timeout)
+    connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     cancellation = CancellationToken(timeout=options.timeout)
+    invocation = Invocation(command=command, args=args or {})
     try:
         with signals_cancel(cancellation), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
             if cancellation.is_cancelled:
                 raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
             check_database(real_dsn, cancellation, db_timeout)
-            try:
-                with connect(real_dsn) as conn:
-                    plan = plan_run(inputs, conn, now=options.now)
-            except psycopg.Error as exc:
-                raise UsageFailure(f"cannot prepare the database: {_db_error(exc, real_dsn)}") from None
-            wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable)
-            runner = FlowRunner(plan, real_dsn, invocation=Invocation(command=command, args=args or {}),
-                                cancellation=cancellation, wiring=wiring)
+            planned = plan_bounded(inputs, real_dsn, connect, cancellation, invocation, now=options.now)
+            if planned.result is not None:
+                return planned.result
+            wiring = RunnerWiring(connect, heartbeat=inputs.settings.run.heartbeat_seconds, abortable=abortable,
+                                  database=planned.database)
+            runner = FlowRunner(planned.plan, real_dsn, invocation=invocation, cancellation=cancellation,
+                                wiring=wiring)
             from feiqiu_etl.report import live_progress
 
             heartbeat = inputs.settings.progress.heartbeat_seconds
@@ -273,14 +336,16 @@ def execute_in_process(options, dsn: str | None = None, cancellation: Cancellati
         raise UsageFailure("no database: set ETL_DB_DSN (or pass a DSN); a run in this process never starts an "
                            "embedded server")
     db_timeout = inputs.settings.db.connect_timeout
-    connect = connector_for(db_timeout)
+    connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     check_database(dsn, cancellation, db_timeout)
-    with connect(dsn) as conn:
-        plan = plan_run(inputs, conn, now=options.now)
+    invocation = invocation or Invocation()
+    planned = plan_bounded(inputs, dsn, connect, cancellation, invocation, now=options.now)
+    if planned.result is not None:
+        return planned.result
     kw = {"client_factory": client_factory} if client_factory is not None else {}
     wiring = RunnerWiring(connect, heartbeat=heartbeat or inputs.settings.run.heartbeat_seconds, abortable=abortable,
-                          **kw)
-    runner = FlowRunner(plan, dsn, invocation=invocation or Invocation(), cancellation=cancellation, wiring=wiring)
+                          database=planned.database, **kw)
+    runner = FlowRunner(planned.plan, dsn, invocation=invocation, cancellation=cancellation, wiring=wiring)
     if progress is None:
         return runner.run()
     from feiqiu_etl.report import progress_lines

@@ -1,20 +1,27 @@
 """What a run produced — per lane, per store, per task — and the ONE place where statuses combine.
 
-Status rules (README "exit codes" says the same):
+The statuses are a table (:data:`STATUSES`): each with its exit code, what it means, and how it combines. The
+rules (README "Exit codes" says the same):
 
 * a **task**'s status is its pipeline's: FAILED (aborted) > CANCELLED > PARTIAL (some item failed) > SUCCESS;
   DEADLINE when its lane reached its deadline before the task was done (stopped, or not started). A task run in
   parts (a lane with a deadline: :func:`merge_parts`) takes the worst of its parts, DEADLINE below PARTIAL;
+  a task of a lane another run holds is BUSY (it never started);
 * a **store** is FAILED when it was refused (40103), every task failed, or not one of its requests succeeded
   (nothing was loaded: a wrong URL, the upstream down); PARTIAL when some task is not SUCCESS; CANCELLED when
-  the run was cancelled before it finished;
-* a **lane** is FAILED when it stopped (invalid token 40101, upstream unreachable, lane busy) or every store
-  failed; PARTIAL when some store is not SUCCESS;
-* the **run** is CANCELLED when cancelled; FAILED when every lane failed, whatever the DWD load that
-  followed did (it merged what ODS already held), or when the DWD load ran alone and failed; PARTIAL when
-  anything is not SUCCESS; else SUCCESS. So one forbidden store or one bad token in a fleet fails alone and
-  the run is PARTIAL, while a single-store run refused by the upstream is FAILED (exit 4; every lane busy:
-  exit 6), with or without DWD.
+  the run was cancelled before it finished; BUSY when its lane was held by another run;
+* a **lane** is BUSY when another run holds its token (nothing was tried: no failure); FAILED when it stopped
+  (invalid token 40101, upstream unreachable) or every store failed; PARTIAL when some store is not SUCCESS;
+* the **run** is CANCELLED when cancelled; BUSY when every lane was busy (exit 6, DWD skipped: the holder's
+  own load follows it); FAILED when every lane failed or was busy, whatever the DWD load that followed did (it
+  merged what ODS already held), or when the DWD load ran alone and failed; PARTIAL when anything is not
+  SUCCESS; else SUCCESS. So one forbidden store, one bad token or one busy lane in a fleet fails alone and the
+  run is PARTIAL, while a single-store run refused by the upstream is FAILED (exit 4), with or without DWD.
+
+In general (:func:`combine`): a *dominant* status of any part (CANCELLED) is the whole's; parts that all have
+one status give the whole that status; parts that all *stopped* (FAILED, BUSY: nothing loaded) give FAILED;
+parts that are SUCCESS or one *success-like* status (DEADLINE) give that status; anything else is PARTIAL.
+A new status is one more :class:`RunStatus` entry.
 
 **DEADLINE** (exit 9) is a whole — store, lane or run — whose parts all succeeded but some of which stopped at a
 lane's deadline: everything that ran is loaded, what was left is the next run's (not a failure). A failure
@@ -31,8 +38,37 @@ from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
 
-SUCCESS, PARTIAL, FAILED, CANCELLED, DEADLINE = "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "DEADLINE"
-EXIT_CODES = exitcodes.BY_STATUS
+SUCCESS, PARTIAL, FAILED, CANCELLED, BUSY, DEADLINE = (
+    "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "DEADLINE")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One final status: its exit code, whether nothing was loaded (``stopped``: parts that all stopped make the
+    whole FAILED), whether any part having it makes the whole have it (``dominant``), whether parts that are
+    SUCCESS or it give it (``success_like``: nothing failed, something was left for the next run) and what it
+    means (README "Exit codes")."""
+
+    name: str
+    exit_code: int
+    stopped: bool
+    dominant: bool
+    meaning: str
+    success_like: bool = False
+
+
+STATUSES: dict[str, RunStatus] = {s.name: s for s in (
+    RunStatus(SUCCESS, exitcodes.SUCCESS, False, False, "everything planned was loaded"),
+    RunStatus(PARTIAL, exitcodes.PARTIAL, False, False, "some items, stores or lanes failed; the rest loaded"),
+    RunStatus(FAILED, exitcodes.FAILED, True, False, "nothing could be done"),
+    RunStatus(CANCELLED, exitcodes.CANCELLED, False, True, "cancelled; a rerun completes it"),
+    RunStatus(BUSY, exitcodes.LANE_BUSY, True, False, "not started: another run holds every lane's token"),
+    RunStatus(DEADLINE, exitcodes.DEADLINE, False, False, "stopped at the deadline: what ran is loaded, the rest "
+                                                          "is the next run's", success_like=True),
+)}
+"""Every final status of a run, lane, store or task (a run is also RUNNING or INTERRUPTED in the registry)."""
+
+EXIT_CODES = {name: s.exit_code for name, s in STATUSES.items()}
 EXIT_LANE_BUSY = exitcodes.LANE_BUSY
 EXIT_DATABASE = exitcodes.DATABASE_LOST
 
@@ -40,16 +76,18 @@ EXIT_DATABASE = exitcodes.DATABASE_LOST
 def combine(statuses: Iterable[str], *, cancelled: bool = False) -> str:
     """Status of a whole from its parts' statuses (see the module docstring)."""
     parts = list(statuses)
-    if cancelled or CANCELLED in parts:
-        return CANCELLED
+    dominant = next((s for s in parts if s in STATUSES and STATUSES[s].dominant), None)
+    if cancelled or dominant:
+        return dominant or CANCELLED
     if not parts:
         return SUCCESS
-    if all(s == FAILED for s in parts):
+    if len(set(parts)) == 1:
+        return parts[0]
+    if all(s in STATUSES and STATUSES[s].stopped for s in parts):
         return FAILED
-    if all(s == SUCCESS for s in parts):
-        return SUCCESS
-    if all(s in (SUCCESS, DEADLINE) for s in parts):
-        return DEADLINE
+    like = {s for s in parts if s in STATUSES and STATUSES[s].success_like}
+    if len(like) == 1 and all(s == SUCCESS or s in like for s in parts):
+        return like.pop()
     return PARTIAL
 
 
@@ -131,8 +169,14 @@ class LaneResult:
 
     def finish(self, cancelled: bool) -> str:
         statuses = [s.finish(cancelled) for s in self.stores]
-        self.status = FAILED if (self.reason and not cancelled) else combine(statuses, cancelled=cancelled and
-                                                                              CANCELLED in statuses)
+        if self.busy:  # never started: another run holds the token (not a failure, not a cancel)
+            for store in self.stores:
+                store.status = BUSY
+            self.status = BUSY
+        elif self.reason and not cancelled:
+            self.status = FAILED
+        else:
+            self.status = combine(statuses, cancelled=cancelled and CANCELLED in statuses)
         return self.status
 
     @property
@@ -171,11 +215,13 @@ class RunResult:
 
     def finish(self, cancelled: bool) -> str:
         parts = [lane.finish(cancelled) for lane in self.lanes]
-        every_lane_failed = bool(parts) and all(p == FAILED for p in parts)
+        every_lane_stopped = combine(parts) if parts and all(STATUSES[p].stopped for p in parts) else None
         if self.dwd is not None:
             parts.append(self.dwd.get("status", SUCCESS))
-        if self.database_lost or (every_lane_failed and not cancelled):
+        if self.database_lost:
             self.status = FAILED
+        elif every_lane_stopped and not cancelled:
+            self.status = every_lane_stopped  # BUSY when every lane was busy, else FAILED
         else:
             self.status = combine(parts, cancelled=cancelled)
         return self.status
@@ -183,8 +229,8 @@ class RunResult:
     def first_reason(self) -> str | None:
         """Why the first lane or store that stopped did (``lane north: invalid token (40101)``), or None."""
         for lane in self.lanes:
-            if lane.reason:
-                return f"lane {lane.name}: {lane.reason}"
+            if lane.reason:  # a busy lane's reason names the lane itself ("lane north (…) is in use by …")
+                return lane.reason if lane.busy else f"lane {lane.name}: {lane.reason}"
             for store in lane.stores:
                 if store.reason:
                     return f"store {store.site_id}: {store.reason}"
@@ -198,9 +244,7 @@ class RunResult:
     def exit_code(self) -> int:
         if self.status == FAILED and self.database_lost:
             return EXIT_DATABASE
-        if self.status == FAILED and self.lanes and all(lane.busy for lane in self.lanes):
-            return EXIT_LANE_BUSY
-        return EXIT_CODES.get(self.status, 4)
+        return EXIT_CODES.get(self.status, exitcodes.FAILED)
 
     def totals(self) -> dict[str, int]:
         tasks = self.tasks
@@ -217,7 +261,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "connector": self.connector, "status": self.status, "exit_code": self.exit_code,
-            "error": self.error or (self.first_reason() if self.status in (FAILED, DEADLINE) else None),
+            "error": self.error or (self.first_reason() if self.status in (FAILED, BUSY, DEADLINE) else None),
             "started_at": self.started_at, "finished_at": self.finished_at,
             "lanes": [lane.to_dict() for lane in self.lanes], "tasks": [t.to_dict() for t in self.tasks],
             "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(), "alerts": self.alerts,

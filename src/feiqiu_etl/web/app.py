@@ -11,6 +11,8 @@ Pages (server-rendered, Jinja2 with autoescape; a little plain JavaScript of our
 * ``GET /freshness`` per store and task the end of the last complete window or snapshot, its age, owed
   details; red past ``?hours=`` (default ``--stale-hours``).
 
+``GET /metrics``: the registry for Prometheus (:mod:`.metrics`).
+
 JSON API: ``GET /api/runs``, ``/api/runs/{id}``, ``/api/runs/{id}/requests``, ``/api/status``,
 ``/api/status/schema``, ``/api/status/stream`` (SSE), ``/api/freshness``, ``/api/csrf``, ``/api/statistics``;
 ``POST /api/runs/{id}/cancel`` (202 requested, 404 no such run, 409 not running, 403 bad CSRF token). Access

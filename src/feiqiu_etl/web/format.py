@@ -1,20 +1,17 @@
-"""Template filters: timestamps in the warehouse's time zone, durations, ages, numbers (pure functions)."""
+"""Template filters: timestamps in the display zone (one time zone rule), durations, ages, numbers (pure functions)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from jinja2 import Undefined
 
-from feiqiu_etl.db.connection import SESSION_TIME_ZONE
 from feiqiu_etl.formats import duration as _duration
+from feiqiu_etl.formats import when
 
-ZONE = ZoneInfo(SESSION_TIME_ZONE)
 STATUS_CLASSES = {"RUNNING": "running", "SUCCESS": "success", "PARTIAL": "partial", "FAILED": "failed",
-                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted", "DEADLINE": "deadline"}
+                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted", "BUSY": "busy", "DEADLINE": "deadline"}
 
 
 def _missing(value: Any) -> bool:
@@ -23,17 +20,9 @@ def _missing(value: Any) -> bool:
 
 
 def ts(value: Any, seconds: bool = True) -> str:
-    """``2024-03-04 12:00:05`` in Asia/Shanghai (the stores' zone, warehouse-model §1); ``-`` for None."""
-    if _missing(value) or value == "":
-        return "-"
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            return value
-    if value.tzinfo is not None:
-        value = value.astimezone(ZONE)
-    return value.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    """``2024-03-04 12:00:05 +08:00`` in the display zone (``display.timezone``: one time zone rule for every
+    command and this page, :mod:`feiqiu_etl.formats`); ``-`` for None."""
+    return "-" if _missing(value) else when(value, seconds=seconds)
 
 
 def dur(seconds: Any) -> str:

@@ -236,16 +236,26 @@ def api_freshness(request: Request) -> Response:
         return _json(queries.freshness_report(conn, web.settings, hours))
 
 
+def metrics(request: Request) -> Response:
+    """``GET /metrics``: the run registry in the Prometheus text format, read now (:mod:`.metrics`; behind the
+    same access rules as every page: Prometheus sends ``Authorization: Bearer``)."""
+    from feiqiu_etl.web.metrics import CONTENT_TYPE
+
+    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
 def api_csrf(request: Request) -> Response:
     """``GET /api/csrf``: this session's CSRF token."""
     return _json({"csrf_token": _state(request).security.csrf_token(request.state.session)})
 
 
 def api_statistics(request: Request) -> Response:
-    """``GET /api/statistics``: counters of the live feed, of access control and of the connection pool."""
+    """``GET /api/statistics``: counters of the live feed, of access control, of ``/metrics`` and of the
+    connection pool."""
     web = _state(request)
     stats = web.pool.get_stats()
     return _json({"feed": asdict(web.feed.statistics()), "security": asdict(web.security.statistics()),
+                  "metrics": asdict(web.metrics.statistics()),
                   "pool": {k: stats.get(k) for k in ("pool_size", "pool_available", "requests_num",
                                                      "requests_waiting", "connections_errors")}})
 
@@ -329,6 +339,7 @@ ROUTES = [
     Route("/api/freshness", api_freshness),
     Route("/api/csrf", api_csrf),
     Route("/api/statistics", api_statistics),
+    Route("/metrics", metrics),
     Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
 ]
 ERROR_HANDLERS = _error_handlers()

@@ -22,6 +22,7 @@ from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn
 from feiqiu_etl.web import queries
 from feiqiu_etl.web.format import FILTERS
 from feiqiu_etl.web.live import LiveFeed
+from feiqiu_etl.web.metrics import MetricsEndpoint
 from feiqiu_etl.web.security import Security
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ HERE = Path(__file__).parent
 class AppState:
     """See module docstring. ``settings`` as given; ``security`` the access rules; ``pool`` the database
     connections (at most ``settings.pool_size``, each checkout waits at most ``connect_timeout`` s);
-    ``feed`` the one poller behind every Live page; ``shown_dsn`` what the footer says of the database."""
+    ``feed`` the one poller behind every Live page; ``metrics`` what ``/metrics`` serves (read on each scrape,
+    :mod:`.metrics`); ``shown_dsn`` what the footer says of the database."""
 
     def __init__(self, settings: WebSettings):
         self.settings = settings
@@ -46,6 +48,7 @@ class AppState:
         self.templates = _templates()
         self.shown_dsn = describe_dsn(settings.dsn)
         self.feed = LiveFeed(self.read_status, sweep=self.sweep, interval=settings.poll_interval)
+        self.metrics = MetricsEndpoint(self.db, settings)
 
     @contextlib.contextmanager
     def db(self) -> Iterator[psycopg.Connection]:

@@ -20,6 +20,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -96,6 +97,20 @@ def postmaster(pgdata: Path) -> tuple[int, Path | None, str] | None:
     socket_folder = Path(lines[4].split(",")[0].strip()) if len(lines) > 4 and lines[4].strip() else None
     status = lines[7].strip() if len(lines) > 7 else ""
     return pid, socket_folder, status
+
+
+def start_watcher(pgdata: Path, postmaster_pid: int) -> None:
+    """Start the watcher (:mod:`.watcher`, run as a process) of the server ``postmaster_pid`` on ``pgdata``
+    (detached; never raises: a server without a watcher is stopped by its last user, or by the next command, as
+    before)."""
+    env = {name: value for name, value in os.environ.items()
+           if name in ("PATH", "LANG", "TZ", "PYTHONPATH", "HOME") or name.startswith("LC_")}
+    try:
+        subprocess.Popen([sys.executable, "-m", "feiqiu_etl.db.embedded.watcher", str(pgdata), str(postmaster_pid)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                         cwd="/", start_new_session=True, close_fds=True)
+    except OSError as exc:
+        log.warning("embedded PostgreSQL: no watcher (%s); the last command using the server stops it", exc)
 
 
 @dataclass(eq=False)
@@ -320,6 +335,7 @@ class EmbeddedPostgres:
         # every restart ("lock file postmaster.pid already exists") while this process lives.
         threading.Thread(target=self._process.wait, name="embedded-pg-reaper", daemon=True).start()
         self._wait_ready(folder, temporary, log_path)
+        start_watcher(self.pgdata, self._process.pid)  # stops it once no user lives (a user killed with -9 too)
 
     def _wait_ready(self, folder: Path, temporary: bool, log_path: Path) -> None:
         """Wait (at most :data:`START_TIMEOUT` s) until the postmaster just launched says it is ready."""
@@ -375,31 +391,72 @@ class EmbeddedPostgres:
             raise EmbeddedServerError(f"cannot set the embedded server's password: {first_problem(proc.stdout)}")
 
     def _shutdown(self) -> None:
-        """Fast shutdown of the postmaster (SIGINT), then immediate (SIGQUIT) after the timeout."""
-        import psutil
-
-        running = postmaster(self.pgdata)
-        pid = running[0] if running else None
-        if pid is not None:
-            try:
-                proc = psutil.Process(pid)
-                os.kill(pid, signal.SIGINT)
-                try:
-                    proc.wait(STOP_TIMEOUT)
-                except psutil.TimeoutExpired:
-                    log.warning("embedded PostgreSQL did not stop in %.0f s; stopping it immediately", STOP_TIMEOUT)
-                    os.kill(pid, signal.SIGQUIT)
-                    proc.wait(STOP_TIMEOUT)
-            except (psutil.Error, ProcessLookupError):
-                pass
+        """Stop the postmaster (:func:`shutdown_postmaster`) and reap it if this process started it."""
+        shutdown_postmaster(self.pgdata)
         if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(5)  # reap our child
-            with contextlib.suppress(ValueError):
-                _KEEP.remove(self._process)
+            if self._process.poll() is None and not is_frozen(self._process.pid):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(5)  # reap our child
+            if self._process.poll() is not None:
+                with contextlib.suppress(ValueError):
+                    _KEEP.remove(self._process)
             self._process = None
         if self._socket_dir is not None and is_temporary(self._socket_dir):
             remove_dir(self._socket_dir)
+
+    def abandon(self) -> None:
+        """Leave at once, waiting for nothing (a second signal): drop this process from the users if the lock is
+        free within 0.2 s and, when it was the last user, ask the postmaster for a fast shutdown (SIGINT) without
+        waiting for it. Whatever this cannot do, the server's watcher does once this process is gone
+        (:mod:`.watcher`)."""
+        if self._pid is None:
+            return
+        atexit.unregister(self.stop)
+        with contextlib.suppress(EmbeddedServerError):
+            with flocked(self.home / f".{self.pgdata.name}.lock", 0.2, f"the embedded server of {self.pgdata}"):
+                users = [u for u in live_users(self.pgdata) if u != os.getpid()]
+                write_users(self.pgdata, users)
+                if not users:
+                    shutdown_postmaster(self.pgdata, wait=False)
+        self._pid = None
+
+
+def is_frozen(pid: int) -> bool:
+    """True when process ``pid`` is stopped (``SIGSTOP``): waiting for it to act would wait until it continues."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
+def shutdown_postmaster(pgdata: Path, *, wait: bool = True) -> None:
+    """Fast shutdown of the postmaster of ``pgdata`` (SIGINT), then immediate (SIGQUIT) after
+    :data:`STOP_TIMEOUT` s. Without ``wait``, or when the server is stopped (``SIGSTOP``: it would take the
+    signal only when it continues), the signal is sent and nothing waits for it."""
+    import psutil
+
+    running = postmaster(pgdata)
+    pid = running[0] if running else None
+    if pid is None:
+        return
+    try:
+        proc = psutil.Process(pid)
+        os.kill(pid, signal.SIGINT)
+        if not wait:
+            return
+        if is_frozen(pid):
+            log.warning("embedded PostgreSQL (pid %d) is stopped (SIGSTOP): it shuts down when it continues", pid)
+            return
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except psutil.TimeoutExpired:
+            log.warning("embedded PostgreSQL did not stop in %.0f s; stopping it immediately", STOP_TIMEOUT)
+            os.kill(pid, signal.SIGQUIT)
+            proc.wait(STOP_TIMEOUT)
+    except (psutil.Error, ProcessLookupError):
+        pass
 
 
 def shared_buffers_mb() -> int:

@@ -165,6 +165,7 @@ class OdsProcessor:
             keys.append(row.keys)
             signature.append(row.content_hash)
             out.rows.append(row)
+        out.rejected = len(out.errors)  # bad records (a pagination error below is no record)
         if self.fields is not None:
             self.fields.page(layout.table, records)
         if out.errors and self.snapshot is not None:

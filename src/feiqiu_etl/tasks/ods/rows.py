@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Hashable
+from typing import Any, ClassVar, Hashable
 
 from feiqiu_etl.connector.spec import KeyColumn, OdsTaskSpec
 
@@ -65,6 +65,7 @@ class DetailDone:
     seen: list[tuple]
     fetched_at: datetime
     scope: Hashable | None = None
+    is_record: ClassVar[bool] = False  # bookkeeping, not a fetched record (pipeline.models.is_record)
 
 
 @dataclass
@@ -80,3 +81,4 @@ class DetailFailed:
     error: str
     gone: bool
     scope: Hashable | None = None
+    is_record: ClassVar[bool] = False  # bookkeeping, not a fetched record (pipeline.models.is_record)

@@ -99,9 +99,10 @@ def parent_key(value: Any) -> str:
 
 @dataclass
 class OdsWriter:
-    """``write_fn`` for one task and site. Owns no connection: ``conn`` is used only by the writer thread."""
+    """``write_fn`` for one task and site. Owns no connection: each operation :meth:`bind`-s the connection it
+    checked out of the run's pool (``conn`` is used only by the writer thread)."""
 
-    conn: psycopg.Connection
+    conn: psycopg.Connection | None
     spec: OdsTaskSpec
     layouts: dict[str, TableLayout]
     run_id: str
@@ -125,6 +126,7 @@ class OdsWriter:
     deferred: int = 0
     """With ``defer_details``: parents whose detail was only recorded as owed (for a later part of the run)."""
     _statements: dict = field(default_factory=dict, repr=False)
+    _maybe_committed: bool = field(default=False, repr=False)   # the batch runs again after a lost connection
 
     def bind(self, conn: psycopg.Connection) -> "OdsWriter":
         """Write through ``conn`` from now on (after a reconnect)."""
@@ -154,6 +156,10 @@ class OdsWriter:
                 self.deferred)
 
     def restore_state(self, saved: tuple) -> None:
+        """Back to ``saved`` before the batch runs again after a lost connection. Its transaction may have been
+        committed all the same (the connection was lost after the server committed, before the client heard it):
+        then the rows come back unchanged and would ask for no detail, so the batch run again also asks for the
+        details its parents still owe in ``etl_meta.detail_pending`` (:meth:`_queue_details`)."""
         requested, in_flight, recorded, given_up, self.deferred = saved
         # the same set objects stay (a re-check source holds requested_details): update them in place
         for current, old in ((self.requested_details, requested), (self.in_flight, in_flight),
@@ -161,6 +167,7 @@ class OdsWriter:
             current.clear()
             current.update(old)
         del self.given_up[given_up:]
+        self._maybe_committed = True
 
     def write(self, rows: list) -> WriteResult:
         """Write one batch in one transaction. Raises on database errors (the batch rolls back)."""
@@ -187,6 +194,7 @@ class OdsWriter:
                     self._detail_failed(failure, given_up)
             pipeline.sync()
         self.given_up.extend(given_up)
+        self._maybe_committed = False
         return result
 
     # ------------------------------------------------------------------ upsert
@@ -318,7 +326,12 @@ class OdsWriter:
     # ------------------------------------------------------------------ details
     def _queue_details(self, rows: Iterable[OdsRow], changed: set, result: WriteResult) -> None:
         """Detail requests for the parents in ``changed``, each recorded as owed in this transaction (even when
-        a request for it is already out); every other row counts as ``follow_ups_skipped``."""
+        a request for it is already out) — and, when the batch runs again after a lost connection, for its parents
+        whose detail is owed and not requested (their first transaction may have committed); every other row
+        counts as ``follow_ups_skipped``."""
+        rows = list(rows)
+        if self._maybe_committed:
+            changed = changed | self._owed(rows, changed)
         pending: list[tuple] = []
         for row in rows:
             if (row.site_id, row.keys) not in changed:
@@ -348,6 +361,23 @@ class OdsWriter:
                     "DO UPDATE SET record = EXCLUDED.record, updated_at = now()",
                     pending,
                 )
+
+    def _owed(self, rows: list[OdsRow], changed: set) -> set:
+        """``(site_id, keys)`` of the rows not in ``changed`` whose parent has an owed detail with no request out."""
+        keys = {}
+        for row in rows:
+            if (row.site_id, row.keys) in changed:
+                continue
+            key = (row.site_id, parent_key(row.record.get(self.spec.detail.id_column)))
+            if key not in self.in_flight:
+                keys[key] = (row.site_id, row.keys)
+        if not keys:
+            return set()
+        owed = self.conn.execute(
+            "SELECT site_id, parent_key FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
+            "AND (site_id, parent_key) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))",
+            (self.connector, self.spec.code, [k[0] for k in keys], [k[1] for k in keys])).fetchall()
+        return {keys[(site, key)] for site, key in owed if (site, key) in keys}
 
     def _detail_done(self, marker: DetailDone, result: WriteResult) -> None:
         if (marker.site_id, marker.parent_key) in self.lost_details:  # some of its rows were not written

@@ -105,10 +105,11 @@
     var cur = lane.current || {};
     var q = lane.queues || {};
     var current = cur.task ? (cur.task + " · " + String(cur.site_id || "").slice(-4) + (cur.request ? " · " + cur.request : "")) : "-";
-    var bad = lane.tripped || lane.wait_reason === "banned";
+    var bad = lane.tripped || lane.wait_reason === "banned" || lane.stalled_for != null;
     return h("tr", { "data-lane": lane.name },
       h("td", {}, h("strong", { text: lane.name })),
-      h("td", { text: lane.state + " · " + lane.tasks_done + "/" + lane.tasks }),
+      h("td", { text: lane.state + (lane.stalled_for != null ? " · stalled " + Math.round(lane.stalled_for) + " s" : "")
+        + " · " + lane.tasks_done + "/" + lane.tasks }),
       h("td", { cls: "mono small", "data-field": "current", text: current }),
       h("td", { cls: bad ? "bad" : "", "data-field": "next", text: nextText(lane) }),
       h("td", { cls: "num", text: (q.frontier || 0) + " / " + (q.processing || 0) + " / " + (q.write || 0) }),
