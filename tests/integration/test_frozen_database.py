@@ -10,13 +10,13 @@ from __future__ import annotations
 import signal
 import time
 
-import psutil
 import psycopg
 import pytest
 
 from clikit import cli_json, env_for, finish, run_args, signal_twice, start, wait_for
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.simulator import Simulator
+from freezekit import Freezer
 from flowkit import CONNECTOR, expected_detail_rows, expected_rows, ods_rows, sim_config
 
 LIMIT = 5
@@ -35,35 +35,6 @@ def dsn(private_pg, request):
     name = f"f_{request.node.name[-20:].lower().replace('[', '_').replace(']', '')}_{int(time.time() * 1000) % 100000}"
     create_database(private_pg.dsn("postgres"), name)
     return private_pg.dsn(name)
-
-
-class Freezer:
-    """SIGSTOP/SIGCONT of a server's postmaster and all its children (thawed on exit, whatever happens)."""
-
-    def __init__(self, server):
-        self.postmaster = psutil.Process(server.statistics().pid)
-        self.frozen: list[psutil.Process] = []
-        self.at: float | None = None
-
-    def freeze(self) -> None:
-        self.frozen = [self.postmaster, *self.postmaster.children(recursive=True)]
-        for proc in self.frozen:
-            proc.send_signal(signal.SIGSTOP)
-        self.at = time.monotonic()
-
-    def thaw(self) -> None:
-        for proc in self.frozen:
-            try:
-                proc.send_signal(signal.SIGCONT)
-            except psutil.NoSuchProcess:
-                pass
-        self.frozen = []
-
-    def __enter__(self) -> "Freezer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.thaw()
 
 
 def _run(sim, dsn: str, *extra: str):

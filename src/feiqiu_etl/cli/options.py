@@ -275,7 +275,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
     config = settings({"db_dsn": dsn})
     dsn = None if demo else reveal(config.db_dsn)
     timeout, stale = config.db.connect_timeout, config.run.stale_after
-    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, connect_timeout=timeout) as real_dsn:
         check_database(real_dsn, None, timeout)
         try:
             with connector_for(timeout)(real_dsn) as conn:
