@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import time
 
+import httpx
 import psycopg
 import pytest
 
@@ -17,6 +18,7 @@ from clikit import cli_json, env_for, finish, run_args, signal_twice, start, wai
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.simulator import Simulator
 from freezekit import Freezer
+from webkit import WebServer
 from flowkit import CONNECTOR, expected_detail_rows, expected_rows, ods_rows, sim_config
 
 LIMIT = 5
@@ -131,3 +133,26 @@ def test_a_database_that_freezes_while_the_run_starts_ends_it_exit_7_with_its_js
         record = _recorded(dsn, env, data["run_id"])
         assert record["status"] == "FAILED" and record["recorded_late_at"]
     print(f"frozen during start-up: exit 7 after {took:.1f} s (limit {LIMIT} s)")
+
+
+def test_metrics_and_pages_answer_503_within_6_s_while_the_database_is_frozen_and_work_again_after(private_pg, dsn):
+    """``/metrics`` and the web's other reads are bounded client-side (the server-side ``statement_timeout`` never
+    fires on a frozen server): 503 within ``read_timeout`` (5 s) + 1, and the next scrape after the thaw works."""
+    with WebServer(dsn) as web, Freezer(private_pg) as freezer:
+        assert httpx.get(web.url + "/metrics", timeout=10).status_code == 200
+        freezer.freeze()
+        took = {}
+        for path in ("/metrics", "/api/runs", "/metrics"):
+            began = time.monotonic()
+            answer = httpx.get(web.url + path, timeout=60)
+            took.setdefault(path, []).append(time.monotonic() - began)
+            assert answer.status_code == 503 and took[path][-1] < 6.5, (path, answer.status_code, took)
+        freezer.thaw()
+        began = time.monotonic()
+        answer = httpx.get(web.url + "/metrics", timeout=30)
+        after = time.monotonic() - began
+        assert answer.status_code == 200 and "feiqiu_etl_runs" in answer.text and after < 5, (after, answer.text[:500])
+        lines = "".join(web.lines)
+    assert "Traceback" not in lines, lines[-3000:]
+    print(f"frozen database: /metrics 503 after {took['/metrics'][0]:.1f} s, again {took['/metrics'][1]:.1f} s, "
+          f"/api/runs 503 after {took['/api/runs'][0]:.1f} s; after the thaw 200 in {after:.2f} s")
