@@ -39,14 +39,14 @@ def dsn(private_pg, request):
     return private_pg.dsn(name)
 
 
-def _run(sim, dsn: str, *extra: str):
-    return run_args(sim, dsn, *extra, settings=BOUNDS, gaps=(0.05, 0.06))
+def _run(sim, dsn: str, *extra: str, bounds: dict = BOUNDS):
+    return run_args(sim, dsn, *extra, settings=bounds, gaps=(0.05, 0.06))
 
 
-def _frozen_run(sim, dsn: str, env: dict, freezer: Freezer):
+def _frozen_run(sim, dsn: str, env: dict, freezer: Freezer, bounds: dict = BOUNDS):
     """A run started, and its database frozen after 20 more requests (~2 s into it)."""
     before = len(sim.request_log())
-    proc = start(_run(sim, dsn), env)
+    proc = start(_run(sim, dsn, bounds=bounds), env)
     wait_for(lambda: len(sim.request_log()) >= before + 20, timeout=60, what="the run's requests")
     freezer.freeze()
     return proc
@@ -108,6 +108,24 @@ def test_sigterm_while_the_database_is_frozen_ends_the_run_within_5_s_and_a_seco
     assert data["status"] == "CANCELLED" and "Traceback" not in err
     assert code2 == 130 and took2 < 1.0 and "aborting now" in err2, (code2, took2, err2[-1000:])
     print(f"SIGTERM during the freeze: exit {code} after {took:.2f} s; a second signal: exit 130 after {took2:.2f} s")
+
+
+def test_sigterm_during_the_freeze_ends_the_run_within_5_s_with_the_default_connect_timeout_and_retention(
+        private_pg, dsn, fresh_home):
+    """The end-of-run work (retention, the alerts' history) waits for no frozen database after a signal: the
+    default ``db.connect_timeout`` (10 s) and ``run.retention_days`` set change nothing."""
+    bounds = {"db.unavailable_limit": LIMIT, "run.retention_days": 30}
+    with Simulator(sim_config(seed=96)) as sim, Freezer(private_pg) as freezer:
+        env = env_for(sim.config.token, FEIQIU_ETL_HOME=str(fresh_home))
+        proc = _frozen_run(sim, dsn, env, freezer, bounds)
+        time.sleep(1.0)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, data, err = finish(proc, timeout=60)
+        took = time.monotonic() - signalled
+    assert code == 5 and took < 5.0, (code, took, err[-6000:])
+    assert data["status"] == "CANCELLED" and "Traceback" not in err
+    print(f"SIGTERM during the freeze (db.connect_timeout 10 s, retention on): exit {code} after {took:.2f} s")
 
 
 def test_a_database_that_freezes_while_the_run_starts_ends_it_exit_7_with_its_json(private_pg, dsn, fresh_home):
