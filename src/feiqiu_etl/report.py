@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from rich import box
@@ -467,6 +467,8 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
     offsets = {utc_offset(in_display_zone(r["started_at"])) for r in rows if isinstance(r.get("started_at"), datetime)}
+    if not offsets:  # no start to show: the display zone's offset now (not "UTC" whatever the zone)
+        offsets = {utc_offset(in_display_zone(datetime.now(timezone.utc)))}
     zone = "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
     started = f"started ({zone})" if zone else "started"
 
