@@ -51,6 +51,24 @@ def stdout_console() -> Console:
     return probe if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit() else SafeConsole(width=200)
 
 
+def message_console(*, stderr: bool = False) -> Console:
+    """The console of plain messages (:func:`say`): on a terminal, or when ``COLUMNS`` says how wide, it wraps
+    at word boundaries within that width (a terminal would otherwise break the line mid-word); piped without
+    ``COLUMNS`` it never wraps (one message, one line)."""
+    probe = SafeConsole(stderr=stderr)
+    if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return probe
+    return SafeConsole(stderr=stderr, soft_wrap=True)
+
+
+def say(text: str, *, err: bool = False, style: str | None = None) -> None:
+    """Print a plain message (not a table, not a log record, not an error line) to stdout, or stderr with
+    ``err``: escaped for the terminal, wrapped between words (:func:`message_console`), never inside one."""
+    console = message_console(stderr=err)
+    console.print(Text(escape(text), style=style or ""), highlight=False,
+                  **({} if console.soft_wrap else {"overflow": "fold"}))
+
+
 def compact_table() -> Table:
     return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0))
 
@@ -161,11 +179,11 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(legend, style="dim")
     for lane in data.get("lanes", []):
         if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
-            console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), overflow="fold")
+            console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), soft_wrap=True)
         for store in lane.get("stores", []):
             if store.get("reason") and not lane.get("reason"):
                 console.print(Text(f"store {store['site_id']}: {store['status']}: {store['reason']}", style="red"),
-                              overflow="fold")
+                              soft_wrap=True)
     skipped = data.get("skipped_tasks", [])
     if skipped:
         reasons: dict[str, int] = {}
@@ -176,7 +194,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     for t in tasks:
         errors = t["errors"]
         for e in errors[:ERRORS_SHOWN]:
-            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
+            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), soft_wrap=True)
         if len(errors) > ERRORS_SHOWN and more_hint:  # `show` prints the others itself
             console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
                                style="red"))
@@ -207,7 +225,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(d)
         for e in dwd.get("errors", []):
             if e.get("table") == "*":
-                console.print(Text(f"DWD: {e['error']}", style="red"), overflow="fold")
+                console.print(Text(f"DWD: {e['error']}", style="red"), soft_wrap=True)
 
 
 def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:
@@ -497,7 +515,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
     console.print(f"started {_ts(run.get('started_at'))}, finished {_ts(run.get('finished_at'))}, took "
                   f"{duration(run.get('duration'))}")
     if run.get("error"):
-        console.print(Text(f"error: {run['error']}", style="red"), overflow="fold")
+        console.print(Text(f"error: {run['error']}", style="red"), soft_wrap=True)
     if run.get("cancel_requested_at"):
         console.print(f"cancel requested {_ts(run['cancel_requested_at'])} by {run.get('cancel_requested_by')}")
     if run.get("recorded_late_at"):
@@ -526,7 +544,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
                 console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({UPSTREAM_ZONE}, the "
                               f"upstream's time; {len(w)} segment(s))", style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
-                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
+                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), soft_wrap=True)
     live = recorded_live(run.get("live"))
     if live is not None:
         console.print(progress_view(live))
@@ -540,7 +558,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
             context = " ".join(str(e[k]) for k in ("lane", "site_id", "task") if e.get(k) is not None)
             console.print(Text(f"{_ts(e['ts'])} {e['level']:<7} {('[' + context + '] ') if context else ''}"
                                f"{e['message']}", style="red" if e["level"] in ("ERROR", "CRITICAL") else
-                               "yellow" if e["level"] == "WARNING" else ""), overflow="fold")
+                               "yellow" if e["level"] == "WARNING" else ""), soft_wrap=True)
 
 
 def render_status(runs: list[dict], console: Console | None = None) -> None:

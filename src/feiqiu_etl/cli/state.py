@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from feiqiu_etl import exitcodes
-from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, settings, setup_logging, warehouse
+from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, \
+    setup_logging, warehouse
 from feiqiu_etl.registry import state as bookkeeping
 from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.formats import UPSTREAM_ZONE, when
@@ -212,7 +213,7 @@ def reset(store_text, task_code, first, last, dwd, yes, connector_path, dsn, dem
         _known_store(conn, connector, site_id)
         _check_free(conn, site_id)
         if not yes:
-            click.echo(_describe(scope, bookkeeping.segments_in(conn, scope)), err=True)
+            say(_describe(scope, bookkeeping.segments_in(conn, scope)), err=True)
             if not click.confirm("Reset?", default=False, err=True):
                 raise UsageFailure("not confirmed: nothing reset")
         try:
@@ -222,7 +223,7 @@ def reset(store_text, task_code, first, last, dwd, yes, connector_path, dsn, dem
     if as_json:
         echo_json({"store": site_id, "task": spec.code, "from": first, "to": last, **outcome.to_dict()})
         return
-    click.echo(escape(_done(scope, outcome)))
+    say(_done(scope, outcome))
 
 
 def _check_free(conn, site_id: int) -> None:
