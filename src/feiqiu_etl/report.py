@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rich import box
 from rich.console import Console, Group
@@ -92,12 +92,11 @@ _LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/de
            "details": "details = detail requests answered/failed/skipped", "rl": "rl = rate-limited answers"}
 
 
-def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
+def fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
             left: tuple[str, ...]) -> tuple[Table, list[str]]:
     """A table of ``rows`` (cells by column name) within ``width`` columns: the ``columns`` that fit, leaving
     out those named in ``drops`` one by one, in that order, until it fits (or none is left to drop). Cells are
     never cut; columns named in ``left`` are left-justified, the others right."""
-    probe = SafeConsole(width=1000, file=io.StringIO())
     for drop in (None, *drops):
         columns = [c for c in columns if c != drop]
         table = compact_table()
@@ -105,9 +104,14 @@ def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ..
             table.add_column(col, no_wrap=True, justify="left" if col in left else "right")
         for row in rows:
             table.add_row(*(row[c] for c in columns))
-        if probe.measure(table).maximum <= width:
+        if fits(table, width):
             break
     return table, columns
+
+
+def fits(table: Table, width: int) -> bool:
+    """Whether ``table`` prints within ``width`` columns without wrapping or cutting a cell."""
+    return SafeConsole(width=1000, file=io.StringIO()).measure(table).maximum <= width
 
 
 def _not_written(t: dict) -> int:
@@ -142,7 +146,7 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
                 "s": duration(t["timing"].get("total", 0))}
 
     # least missed first; `show` has them all; task names stay whole: people copy them into --tasks
-    table, columns = _fitted([cells(t) for t in tasks], wanted, ("rl", "details", "lane", "del", "same"), width,
+    table, columns = fitted([cells(t) for t in tasks], wanted, ("rl", "details", "lane", "del", "same"), width,
                              left=("task", "lane", "site", "status"))
     shown = set(columns)
     legend = "; ".join(text for key, text in _LEGEND.items() if key in shown)
@@ -454,6 +458,52 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
                       f"{', full compare' if d['full'] else ''}")
 
 
+def header_zone(values: Iterable[Any]) -> str | None:
+    """The one UTC offset of these times in the display zone, for a column header (``UTC`` for +00:00), so the
+    cells leave it out; None when they have several (each cell then carries its own). Other values are
+    ignored."""
+    offsets = {utc_offset(in_display_zone(v)) for v in values if isinstance(v, datetime)}
+    return "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
+
+
+def render_freshness(report: dict, console: Console | None = None) -> None:
+    """``freshness``: per store and task how far its data goes and how old it is (``registry/freshness.py``
+    rows), fitted to the terminal like :func:`render_runs`: task names and ages are never cut; stores show by
+    their shortest distinct tail, times without seconds and with the zone in the header; ``kind`` goes if it is
+    still too wide (``--json`` has it all)."""
+    from feiqiu_etl.web.format import age
+
+    console = console or stdout_console()
+    report = escape_tree(report)
+    rows = report["rows"]
+    if not rows:
+        console.print(f"connector {report['connector']}: nothing scheduled has been loaded yet")
+        return
+    fresh = [_aware(r.get("fresh_until")) for r in rows]
+    zone = header_zone(fresh)
+    until = f"fresh until ({zone})" if zone else "fresh until"
+    sites = _short_sites({r["site_id"] for r in rows})
+    cells = [{"store": sites[r["site_id"]], "task": r["task"], "kind": r["kind"] or "never loaded",
+              until: when(f, seconds=False, offset=zone is None),
+              "age": Text(age(r["age_seconds"]), style="red" if r["stale"] else "green"),
+              "owed": str(r["owed_details"] or 0)} for r, f in zip(rows, fresh)]
+    table, _ = fitted(cells, ["store", "task", "kind", until, "age", "owed"], ("kind",), console.width,
+                       left=("store", "task", "kind", until))
+    console.print(table)
+    line = f"{report['stale']} of {len(rows)} older than {report['stale_after_hours']:g} h or never loaded"
+    console.print(Text(line, style="red" if report["stale"] else "green"))
+
+
+def _aware(value: Any) -> Any:
+    """An ISO 8601 text read as a datetime (JSON-shaped rows); anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value
+
+
 def render_runs(rows: list[dict], console: Console | None = None) -> None:
     """Runs newest first, start times in the display zone (its offset in the header). Fitted to the terminal:
     run ids and statuses are never cut, and a non-zero rejection or error count is never hidden — an all-zero
@@ -462,8 +512,7 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     console = console or stdout_console()
     rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
-    offsets = {utc_offset(in_display_zone(r["started_at"])) for r in rows if isinstance(r.get("started_at"), datetime)}
-    zone = "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
+    zone = header_zone(r.get("started_at") for r in rows)
     started = f"started ({zone})" if zone else "started"
 
     def cells(r: dict, seconds: bool) -> dict[str, Any]:
@@ -483,7 +532,7 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     left = ("run", "status", started, "took", "stores", "tasks")
     for seconds in (True, False):  # the start's seconds go before `took` does
         drops = (*empty, "tasks", "stores", *(() if seconds else ("took",)))
-        t, shown = _fitted([cells(r, seconds) for r in rows], columns, drops, console.width, left=left)
+        t, shown = fitted([cells(r, seconds) for r in rows], columns, drops, console.width, left=left)
         if "took" in shown:
             break
     console.print(t)

@@ -5,6 +5,7 @@ cutting a task, table or key name or the age."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from datetime import datetime, timedelta, timezone
@@ -67,3 +68,49 @@ def test_show_prints_every_stored_log_record_and_error_on_one_line(conn, pg_dsn,
     assert len(records) == 7, proc.stdout
     assert all(line.endswith("ban budget ran out") for line in records), proc.stdout
     assert sum(1 for line in proc.stdout.splitlines() if line.startswith("error: ") and line.endswith("ran out")) == 1
+
+
+def test_config_show_at_80_columns_keeps_every_key_whole(tmp_path):
+    home = tmp_path / "a-long-home-folder-name-as-mktemp-and-a-deep-path-give-it" / "feiqiu"
+    proc = cli("config", "show", env=_env(COLUMNS="80", FEIQIU_ETL_HOME=str(home)))
+    assert proc.returncode == 0, proc.stderr
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
+    keys = {line.split()[0] for line in proc.stdout.splitlines()[2:] if line and not line.startswith(" ")}
+    assert {"pipeline.ods_group_package.rate_min", "pipeline.max_consecutive_failures",
+            "lane.max_transport_failures", "FEIQIU_ETL_HOME"} <= keys, proc.stdout
+
+
+STATE_TASKS = ["ODS_MEMBER_BALANCE_CHANGE", "ODS_ASSISTANT_SERVICE", "ODS_ASSISTANT", "ODS_GROUP_VERIFICATION",
+               "ODS_PAYMENT"]
+
+
+def test_state_show_and_freshness_at_80_columns_keep_names_ranges_and_ages_whole(pg_dsn):
+    from feiqiu_etl.simulator import Simulator
+    from flowkit import ANCHOR, options, run_opts, sim_config
+
+    with Simulator(sim_config(seed=31, days=3)) as sim:
+        result = run_opts(options(sim, tasks=STATE_TASKS, window=False, now=ANCHOR, load_dwd=True,
+                                  overrides={"window.initial_days": 3}), pg_dsn)
+        assert result.status == "SUCCESS", result.to_dict().get("error")
+        site = sim.config.site_ids[0]
+    env = _env(COLUMNS="80", DISPLAY_TIMEZONE="UTC")
+    state = cli("state", "show", "--dsn", pg_dsn, env=env)
+    assert state.returncode == 0, state.stderr
+    out = state.stdout
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    for task in STATE_TASKS:
+        assert re.search(rf"^{task}\s", out, re.M), f"{task} cut:\n{out}"
+    assert re.search(r"^ODS_PAYMENT\s+2024-03-01 → 2024-03-04\s", out, re.M), out  # a range on one line
+    dwd = [w["table"] for w in json.loads(cli("state", "show", "--json", "--dsn", pg_dsn, env=env).stdout)["dwd"]]
+    assert dwd and all(re.search(rf"^{re.escape(t)}\s", out, re.M) for t in dwd), out
+
+    fresh = cli("freshness", "--dsn", pg_dsn, env=env)
+    assert fresh.returncode == 0, fresh.stderr
+    text = fresh.stdout
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "fresh until (UTC)" in text, text
+    for task in STATE_TASKS:  # loaded up to 2024-03-04: hundreds of days old, whole
+        row = next(line for line in text.splitlines() if f" {task} " in line)
+        age = r" \d+ s " if task == "ODS_ASSISTANT" else r" \d{3,} d \d+ h "  # a snapshot is as old as the run
+        assert re.search(age, row), row
+        assert row.startswith(f"…{str(site)[-4:]} "), row
