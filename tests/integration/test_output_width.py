@@ -114,3 +114,23 @@ def test_state_show_and_freshness_at_80_columns_keep_names_ranges_and_ages_whole
         age = r" \d+ s " if task == "ODS_ASSISTANT" else r" \d{3,} d \d+ h "  # a snapshot is as old as the run
         assert re.search(age, row), row
         assert row.startswith(f"…{str(site)[-4:]} "), row
+
+
+def test_progress_lines_without_a_terminal_carry_the_time_with_the_display_zones_offset(pg_dsn):
+    from clikit import env_for, run_args
+    from feiqiu_etl.simulator import Simulator
+    from flowkit import sim_config
+
+    with Simulator(sim_config(seed=32, days=2)) as sim:
+        args = [a for a in run_args(sim, pg_dsn, "--tasks", "ODS_PAYMENT,ODS_ASSISTANT",
+                                    "--set=progress.heartbeat_seconds=0.2", gaps=(0.3, 0.35))[3:]
+                if a != "--no-progress"]
+        proc = cli(*args, env=_env(**{k: v for k, v in env_for(sim.config.token).items() if k == "FEIQIU_API_TOKEN"},
+                                   DISPLAY_TIMEZONE="Asia/Shanghai"), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    progress = [line for line in proc.stderr.splitlines() if "[1/2] " in line or "[2/2] " in line
+                or "[progress] " in line]
+    assert sum(1 for line in progress if "/2] " in line) == 2 and any("[progress] " in line for line in progress), \
+        proc.stderr
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+08:00 \[(\d/2|progress)\] ")
+    assert all(stamp.match(line) for line in progress), progress
