@@ -12,7 +12,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_the_quick_simulator_block_starts_a_fresh_home_before_its_run():
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    (quick,) = [b for b in blocks if "--gap-standard 0.2" in b and "feiqiu-etl run" in b]
+    (quick,) = [b for b in blocks if "kill %1" in b and "--gap-standard 0.2" in b]
     lines = quick.splitlines()
     fresh = next(i for i, line in enumerate(lines) if line.startswith("export FEIQIU_ETL_HOME=$(mktemp -d)"))
     run = next(i for i, line in enumerate(lines) if line.startswith("feiqiu-etl run"))
