@@ -65,8 +65,13 @@ def say(text: str, *, err: bool = False, style: str | None = None) -> None:
     """Print a plain message (not a table, not a log record, not an error line) to stdout, or stderr with
     ``err``: escaped for the terminal, wrapped between words (:func:`message_console`), never inside one."""
     console = message_console(stderr=err)
-    console.print(Text(escape(text), style=style or ""), highlight=False,
-                  **({} if console.soft_wrap else {"overflow": "fold"}))
+    message = Text(escape(text), style=style or "")
+    if console.soft_wrap:
+        console.print(message, highlight=False)
+        return
+    for line in message.wrap(console, console.width, overflow="fold"):
+        line.rstrip()  # no space left at the end of a wrapped line
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def compact_table() -> Table:
