@@ -13,11 +13,23 @@ After each night it prints, per store and task, the requests sent (counted in th
 ``GET /__sim/log``) against the minimum a perfect connector needs (``POST /__sim/minimum``: list pages at
 ``limit=200`` + one detail per new or changed parent, none for a volatile-only change) and the excess, the rows
 fetched; and for the lane: lane time scaled back to real hours (measured, and requests × the mean configured gap),
-stores fully refreshed within a ``--night-hours`` night, 42901/42902 counts, the share of lane time with a request in
-flight. Later features add flags with ``--run-arg`` (e.g. ``--run-arg=--deadline=...``) and columns in ``COLUMNS``.
+stores fully refreshed within a ``--night-hours`` night, 42901/42902 counts per gap class, the share of lane time with
+a request in flight, and the order: whether every store's recent data (snapshots and the windows that reach into
+yesterday) came before any history (older windows). Later features add flags with ``--run-arg`` and columns in
+``COLUMNS``.
 
-Usage: python benchmarks/bench_night.py [--stores 2] [--factor 0.01] [--days 7] [--output FILE]
-(needs the dev extras; starts its own PostgreSQL and simulator; about 8 minutes per store at --factor 0.01)
+The runs use a copy of the connector whose documented minimum gaps (``api.gap_classes``) are scaled like the
+simulator's G, and ``lane.safety_margin_seconds`` scaled too, so that a ``--deadline`` narrows the gaps toward the
+floors that match the scaled upstream (3.3 s → 0.033 s at ``--factor 0.01``).
+
+``--deadline HOURS`` gives the runs a deadline of HOURS of real time, scaled. ``--seed-first-load`` makes night 1 a
+seed: the first load runs with the simulator's risk control off and no gaps (minutes instead of hours for many
+stores; its requests are still compared with the minimum, its time means nothing), and the deadline applies to
+night 2 only — what a chain's nightly refresh costs once every store is loaded.
+
+Usage: python benchmarks/bench_night.py [--stores 2] [--factor 0.01] [--days 7] [--deadline 8]
+[--seed-first-load] [--output FILE] (needs the dev extras; starts its own PostgreSQL and simulator; about 8 minutes
+per store at --factor 0.01 without --seed-first-load)
 """
 
 from __future__ import annotations
@@ -43,7 +55,10 @@ from feiqiu_etl.connector.windows import fmt, parse_local
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.simulator import SCALE_PROFILES, TASK_CODES
-from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, DETAIL_BY_PATH, LIST_BY_PATH
+from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, DETAIL_BY_PATH, LIST_BY_PATH, GapClass
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from flowkit import scaled_connector  # noqa: E402
 
 PY = [sys.executable, "-m", "feiqiu_etl"]
 TOKEN_ENV, TOKEN = "FQ_NIGHT", "fq_bench_night"
@@ -52,6 +67,8 @@ UPSTREAM = {"gap_standard": 3.0, "gap_groupbuy": 8.0, "ban_seconds": 300.0, "vio
 """upstream-api.md §2.2: G per class, the ban, the violation window (all scaled)."""
 RETRY_BACKOFF = 1.0
 """The connector's first retry backoff (README: ``api.retry_backoff``), scaled like a gap."""
+SAFETY_MARGIN_SECONDS = 0.3
+"""``lane.safety_margin_seconds`` (README: "A night with an end"), scaled like a gap."""
 
 
 @dataclass
@@ -65,6 +82,7 @@ class Night:
     entries: list[dict]
     minimum: dict[int, dict]
     wall: float
+    began: tuple[float, float] = (0.0, 0.0)  # (time.time(), time.monotonic()) when the command was started
     per_task: dict[int, dict[str, Counter]] = field(default_factory=dict)
 
 
@@ -82,7 +100,7 @@ def gaps(factor: float) -> dict[str, float]:
     the retry backoff ``factor`` times as long."""
     base = PipelineConfig()
     settings = {"pipeline.rate_min": base.rate_min * factor, "pipeline.rate_max": base.rate_max * factor,
-                "api.retry_backoff": RETRY_BACKOFF * factor}
+                "api.retry_backoff": RETRY_BACKOFF * factor, "lane.safety_margin_seconds": SAFETY_MARGIN_SECONDS * factor}
     for spec in load_connector().tasks:
         for key in ("rate_min", "rate_max"):
             if key in (spec.pipeline or {}):
@@ -135,11 +153,12 @@ def admin(base: str, path: str, body: dict | None = None):
 
 
 def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now: datetime, start: datetime,
-              settings: dict, after_seq: int) -> Night:
+              settings: dict, after_seq: int, extra: list[str] = ()) -> Night:
     cmd = [*PY, "run", "--fleet", str(fleet), "--api-base", base, "--dsn", dsn, "--now", fmt(now), "--unsafe-gaps",
-           "--no-progress", "--json", *([] if args.dwd else ["--no-dwd"]),
-           *(f"--set={k}={v}" for k, v in settings.items()), *args.run_arg]
+           "--no-progress", "--json", "--connector", str(args.connector), *([] if args.dwd else ["--no-dwd"]),
+           *(f"--set={k}={v}" for k, v in settings.items()), *args.run_arg, *extra]
     began = time.monotonic()
+    began_wall = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     wall = time.monotonic() - began
     try:
@@ -149,7 +168,7 @@ def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now
     entries = [e for e in admin(base, "/__sim/log") if e["seq"] > after_seq]
     minimum = {site: admin(base, "/__sim/minimum", {"siteId": site, "startTime": fmt(start), "endTime": fmt(now)})
                for site in args.sites}
-    night = Night(label, now, start, result, entries, minimum, wall)
+    night = Night(label, now, start, result, entries, minimum, wall, (began_wall, began))
     for site in args.sites:
         night.per_task[site] = defaultdict(Counter)
     for e in entries:
@@ -194,6 +213,36 @@ def table(night: Night, site: int) -> list[str]:
     return lines
 
 
+def gap_class_of(path: str) -> str:
+    api = LIST_BY_PATH.get(path) or DETAIL_BY_PATH.get(path)
+    return (api.gap_class if api is not None else GapClass.STANDARD).value
+
+
+def order_line(args, night: Night, entries: list[dict]) -> str:
+    """Whether every store's recent data came before any history: a list request is *history* when its window ends
+    by yesterday 00:00 (of the night's --now), *recent* otherwise (snapshot pages included)."""
+    yesterday = datetime.combine(night.now.date() - timedelta(days=1), datetime.min.time())
+    t0 = entries[0]["started"]
+
+    def kind(e: dict) -> str | None:
+        if e["path"] not in LIST_BY_PATH or e["code"] != 0:
+            return None
+        end = (e.get("body") or {}).get("endTime")
+        return "history" if end is not None and parse_local(end) <= yesterday else "recent"
+
+    history = [e for e in entries if kind(e) == "history"]
+    recent_by_store = {s: max((e["ended"] for e in entries if kind(e) == "recent" and e["site_id"] == s), default=None)
+                       for s in args.sites}
+    if not history:
+        last = max((t for t in recent_by_store.values() if t is not None), default=t0) - t0
+        return (f"  order: no history requested; every store's recent data by {last:.1f} s = "
+                f"{last / args.factor / 3600:.2f} h")
+    first_history = min(e["started"] for e in history)
+    late = [s for s, t in recent_by_store.items() if t is None or t > first_history]
+    return (f"  order: {len(history)} history page(s), the first at {(first_history - t0) / args.factor / 3600:.2f} h; "
+            f"every store's recent data before it: {'yes' if not late else 'NO: ' + ', '.join(map(str, late))}")
+
+
 def report(args, night: Night, means: dict[str, float]) -> list[str]:
     f = args.factor
     entries = sorted(night.entries, key=lambda e: e["started"])
@@ -222,9 +271,28 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
                      f"at the default gaps {model / 60:.0f} min of lane time")
         lines.extend(table(night, site))
     codes = Counter(e["code"] for e in entries)
+    by_class = Counter((gap_class_of(e["path"]), e["code"]) for e in entries if e["code"] in (42901, 42902))
+    per_class = ", ".join(f"{c} {by_class.get((c, 42901), 0)}/{by_class.get((c, 42902), 0)}"
+                          for c in (g.value for g in GapClass))
     lane_hours = (t_end - t0) / f / 3600
     lines.append(f"lane: {len(entries)} requests, sent/minimum {total_sent}/{total_min} = {total_sent / total_min:.2f}x; "
-                 f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)}")
+                 f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)} (per gap class 42901/42902: {per_class})")
+    deadline = next((lane.get("deadline") for lane in night.result.get("lanes", []) if lane.get("deadline")), None)
+    if deadline:
+        fit = deadline.get("fit") or {}
+        lines.append(f"  deadline {deadline['text']}: {'reached' if deadline.get('reached') else 'met'}; the plan said "
+                     f"{fit.get('requests')} requests, {fit.get('seconds', 0) / f / 3600:.2f} h at the configured gaps, "
+                     f"{fit.get('seconds_narrowest', 0) / f / 3600:.2f} h at the narrowest (scaled back), pace at the "
+                     f"start {fit.get('pace')}, at the end {deadline.get('pace')}; requests left "
+                     f"{deadline.get('left_requests', 0)}")
+        # the simulator logs time.monotonic() (one clock for every process of the machine): the deadline's wall time
+        # moved onto it through the moment the command was started
+        at = datetime.fromisoformat(deadline["at"]).timestamp() - night.began[0] + night.began[1]
+        over = t_end - at
+        widest = f * max([PipelineConfig().rate_max,
+                          *((t.pipeline or {}).get("rate_max", 0) for t in load_connector().tasks)])
+        lines.append(f"  the last response {abs(over):.3f} s {'after' if over > 0 else 'before'} the deadline "
+                     f"(= {abs(over) / f:.0f} s scaled back; the widest configured gap is {widest:g} s)")
     lines.append(f"  lane time (first request to last response) {t_end - t0:.1f} s measured = {lane_hours:.2f} h "
                  f"scaled back (÷ {f:g}); the command's wall time {night.wall:.1f} s = {night.wall / f / 3600:.2f} h")
     lines.append(f"  at the default gaps (requests × mean configured gap): {model_seconds / 3600:.2f} h, "
@@ -232,6 +300,7 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     lines.append(f"  stores fully refreshed within a {args.night_hours:g}-hour night: {refreshed} of {len(args.sites)}; "
                  f"lane busy share (a request in flight): {in_flight / (t_end - t0):.1%}; lane time used of the night: "
                  f"{lane_hours / args.night_hours:.0%}")
+    lines.append(order_line(args, night, entries))
     return lines
 
 
@@ -247,19 +316,21 @@ def main() -> None:
     parser.add_argument("--run-arg", action="append", default=[], help="extra argument for both runs (repeatable)")
     parser.add_argument("--deadline", type=float, metavar="HOURS",
                         help="pass `--deadline` (HOURS of real time, scaled: --deadline <HOURS×3600×factor>s) to both "
-                             "runs; needs a feiqiu-etl that has it (issue 20 item 3)")
+                             "runs (to night 2 only with --seed-first-load)")
+    parser.add_argument("--seed-first-load", dest="seeded", action="store_true",
+                        help="night 1 is a seed: risk control off and no gaps (its time means nothing)")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds a run may take (default 7200)")
     parser.add_argument("--output", type=Path, help="also write the report here")
     args = parser.parse_args()
     args.anchor = parse_local(args.anchor)
-    if args.deadline is not None:
-        args.run_arg.append(f"--deadline={args.deadline * 3600 * args.factor:g}s")
+    deadline = [f"--deadline={args.deadline * 3600 * args.factor:g}s"] if args.deadline is not None else []
     args.sites = [FIRST_SITE + i for i in range(args.stores)]
     settings = gaps(args.factor)
     settings["window.initial_days"] = args.days
     means = mean_gaps()
     profile = SCALE_PROFILES["medium"]
     f = args.factor
+    when = (deadline[0] + (" (night 2 only)" if args.seeded else " (both nights)")) if deadline else "none"
     head = [f"command: python benchmarks/bench_night.py {shlex.join(sys.argv[1:])}".rstrip(),
             f"time scale: every gap × {f:g}: the simulator's G {UPSTREAM['gap_standard'] * f:g} s / "
             f"{UPSTREAM['gap_groupbuy'] * f:g} s (group-buy), a ban of {UPSTREAM['ban_seconds'] * f:g} s after 3 "
@@ -273,7 +344,10 @@ def main() -> None:
             f"{profile.settlements_per_day} settlements/day, ...), {args.days} days of history up to "
             f"{fmt(args.anchor)}, seed {args.seed}, risk control on; then 24 h of trading "
             f"(POST /__sim/advance)",
-            f"connector: main's behaviour with the gaps above; extra run arguments: {args.run_arg or 'none'}", ""]
+            f"connector: its gap classes scaled too (standard {UPSTREAM['gap_standard'] * f:g} s, group-buy "
+            f"{UPSTREAM['gap_groupbuy'] * f:g} s), lane.safety_margin_seconds {SAFETY_MARGIN_SECONDS * f:g} s; "
+            f"extra run arguments: {args.run_arg or 'none'}; deadline: {when}; night 1 "
+            f"{'is a seed: risk control off, no gaps' if args.seeded else 'at the gaps above'}", ""]
     print("\n".join(head), flush=True)
     env = {**os.environ, TOKEN_ENV: TOKEN}
     with tempfile.TemporaryDirectory(prefix="fq-bench-night-") as tmp, \
@@ -283,10 +357,19 @@ def main() -> None:
                          + "".join(f"      - {{site_id: {s}}}\n" for s in args.sites), encoding="utf-8")
         create_database(server.dsn("postgres"), "bench_night", drop_first=True)
         dsn = server.dsn("bench_night")
+        args.connector = scaled_connector(Path(tmp) / "feiqiu.yaml", UPSTREAM["gap_standard"] * f,
+                                          UPSTREAM["gap_groupbuy"] * f)
         sim, base, ADMIN["token"] = start_simulator(args, fleet, env, Path(tmp) / "simulator.log")
         try:
-            first = run_night(args, "night 1 (first load)", base, dsn, fleet, env, args.anchor,
-                              args.anchor - timedelta(days=args.days), settings, 0)
+            if args.seeded:
+                admin(base, "/__sim/risk", {"enabled": False})
+                seed = {**settings, **{k: 0 for k in settings if k.endswith(("rate_min", "rate_max"))}}
+                first = run_night(args, "night 1 (first load, a seed: risk control off, no gaps)", base, dsn, fleet,
+                                  env, args.anchor, args.anchor - timedelta(days=args.days), seed, 0)
+                admin(base, "/__sim/risk", {"enabled": True})
+            else:
+                first = run_night(args, "night 1 (first load)", base, dsn, fleet, env, args.anchor,
+                                  args.anchor - timedelta(days=args.days), settings, 0, deadline)
             body = report(args, first, means)
             print("\n".join(body), flush=True)
             advanced = admin(base, "/__sim/advance", {"hours": 24})
@@ -299,7 +382,7 @@ def main() -> None:
             print(f"\n{summary}\n", flush=True)
             last_seq = max((e["seq"] for e in first.entries), default=0)
             second = run_night(args, "night 2 (the next night)", base, dsn, fleet, env,
-                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq)
+                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq, deadline)
             tail = report(args, second, means)
             print("\n".join(tail), flush=True)
         finally:

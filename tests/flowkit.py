@@ -158,3 +158,20 @@ def dwd_exact(dsn: str, site: int, tasks) -> None:
             where = "AND is_current" if t.is_dimension else ""
             target = conn.execute(f"SELECT count(*) FROM {t.target} WHERE site_id = %s {where}", (site,)).fetchone()[0]
             assert target == source > 0, (t.target, site)
+
+
+def scaled_connector(path, standard: float, groupbuy: float) -> str:
+    """Write a copy of the Feiqiu connector to ``path`` whose documented minimum gaps (``api.gap_classes``) are
+    ``standard`` and ``groupbuy`` seconds — the simulator's G when its time is scaled down — so that a deadline
+    narrows gaps toward floors that match it. Returns the path as text."""
+    import yaml
+
+    from feiqiu_etl.connector.model import default_connector_path
+
+    source = default_connector_path()
+    doc = yaml.safe_load(source.read_text(encoding="utf-8"))
+    doc["api"]["gap_classes"]["standard"]["min_gap"] = standard
+    doc["api"]["gap_classes"]["groupbuy"]["min_gap"] = groupbuy
+    doc["dwd_mapping"] = str(source.parent / doc["dwd_mapping"])
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return str(path)

@@ -8,6 +8,7 @@ CANCELLED = 5        # Ctrl-C, SIGTERM, --timeout or feiqiu-etl cancel; a rerun 
 LANE_BUSY = 6        # status BUSY: every lane of the run is held by another process (same token, same database)
 DATABASE_LOST = 7    # the database went away during the run and did not come back in time
 STALE = 8            # freshness --fail-stale: some scheduled store/task is older than the threshold
+DEADLINE = 9         # a lane reached its --deadline: what ran is loaded, the rest is the next run's
 HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
 
 # the exit code of each run status: feiqiu_etl.runner.results.STATUSES

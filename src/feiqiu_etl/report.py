@@ -29,7 +29,7 @@ from feiqiu_etl.textsafe import escape, escape_tree
 
 ERRORS_SHOWN = 3
 STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
-                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue"}
+                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue", "DEADLINE": "blue"}
 
 
 class SafeConsole(Console):
@@ -189,6 +189,9 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     for lane in data.get("lanes", []):
         if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
             console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), soft_wrap=True)
+        if lane.get("deadline"):
+            console.print(Text(deadline_line(lane["name"], lane["deadline"]),
+                               style="blue" if lane["deadline"].get("reached") else "dim"), overflow="fold")
         for store in lane.get("stores", []):
             if store.get("reason") and not lane.get("reason"):
                 console.print(Text(f"store {store['site_id']}: {store['status']}: {store['reason']}", style="red"),
@@ -235,6 +238,17 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         for e in dwd.get("errors", []):
             if e.get("table") == "*":
                 console.print(Text(f"DWD: {e['error']}", style="red"), soft_wrap=True)
+
+
+def deadline_line(lane: str, deadline: dict) -> str:
+    """``lane north: deadline 06:00 reached, ~120 requests left for the next run (gaps narrowed, pace 0.00)``."""
+    pace = deadline.get("pace", 1.0)
+    narrowed = f" (gaps narrowed, pace {pace:.2f})" if pace is not None and pace < 1 else ""
+    if deadline.get("reached"):
+        left = deadline.get("left_requests")
+        what = f"~{left:,} requests left" if isinstance(left, int) else "the rest left"
+        return f"lane {lane}: deadline {deadline.get('text')} reached, {what} for the next run{narrowed}"
+    return f"lane {lane}: finished before its deadline {deadline.get('text')}{narrowed}"
 
 
 def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:
@@ -299,6 +313,9 @@ def lane_lines(lane: LaneStatistics) -> list[Text]:
         second.append(f" · {lane.rows_written:,} rows")
     else:
         second.append(f" · {lane.rows_written:,} rows {lane.rows_per_s:.0f}/s · ETA {duration(lane.eta_s)}")
+        if lane.deadline_in_s is not None:
+            narrowed = f", pace {lane.pace:.2f}" if lane.pace is not None and lane.pace < 1 else ""
+            second.append(f" · deadline in {duration(lane.deadline_in_s)}{narrowed}")
     q = lane.queues
     rejected = lane.throttled + lane.banned
     third = Text(f"  tasks {lane.tasks_done}/{lane.tasks} · req {lane.requests_sent} ({rejected} rejected) · "
@@ -451,12 +468,17 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
             t.add_column(col, no_wrap=col != "windows", overflow="fold")
         for task in lane["tasks"]:
             windows = task["windows"]
-            w = "-" if not windows else f"{windows[0][0][:16]} … {windows[-1][1][:16]} ({len(windows)} seg)"
+            w = "-" if not windows else (f"{min(a for a, _ in windows)[:16]} … {max(b for _, b in windows)[:16]} "
+                                         f"({len(windows)} seg)")
             est = task["estimate"]
             req = f"{est['list_requests']}+{est['detail_requests']}" if task["detail_endpoint"] else str(est["requests"])
             t.add_row(sites[task["site_id"]], task["task"], task["kind"][:4], w,
                       f"{task['rate_min']:g}-{task['rate_max']:g}", req, est["basis"])
         console.print(t)
+        deadline = lane.get("deadline")
+        for line in (deadline or {}).get("summary") or []:
+            console.print(Text(line, style="yellow" if deadline["fit"] and not deadline["fit"]["fits"] else ""),
+                          overflow="fold")
     if plan.get("dwd"):
         d = plan["dwd"]
         console.print(f"then DWD: tables {d['tables']}, {d['parallel_workers']} in parallel"
@@ -586,6 +608,8 @@ def render_show(run: dict, console: Console | None = None) -> None:
                                         f"  {lane.get('requests_sent', 0)} requests, {lane.get('throttled', 0)} "
                                         f"throttled, {lane.get('banned', 0)} banned ({lane.get('banned_seconds', 0)} s)"
                                         f", {duration(lane.get('seconds'))}"))
+            if lane.get("deadline"):
+                console.print("  " + deadline_line(lane["name"], lane["deadline"]), overflow="fold")
             for store in lane.get("stores", []):
                 name = f" ({store['name']})" if store.get("name") else ""
                 console.print(Text.assemble(f"  store {store['site_id']}{name}: ", _status(store["status"]),

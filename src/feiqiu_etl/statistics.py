@@ -134,8 +134,11 @@ class LaneStatistics(_Json):
     (``gap``, ``floor``, ``retry-after``, ``banned``, ``timeout-hold``, ``lane``, ``paused``; None: it may go
     now); ``throttled``/``banned`` rejections (42901/42902) and ``banned_seconds``; ``floors`` the minimum gap
     per gap class learnt from the upstream (s); ``tripped`` why the lane stopped (None). ``rows_per_s`` over
-    the last :data:`RATE_WINDOW` seconds; ``eta_s`` the remaining requests at the lane's seconds per request
-    so far (0 when finished). ``running`` are the tasks running now, one per store at most. ``stalled_for``:
+    the last :data:`RATE_WINDOW` seconds; ``eta_s`` the lane time the remaining requests need — each at its
+    task's expected gap (narrowed by the pace) plus the seconds a request held the lane besides its gap so far
+    — or the time to the deadline if that comes first (0 when finished). ``running`` are the tasks running now,
+    one per store at most. With a deadline: ``deadline_in_s`` seconds until it, ``pace`` how far the gaps are
+    narrowed (1 = as configured, 0 = the safe floors); both None without one. ``stalled_for``:
     seconds the running lane has not moved (no attempt ended, no task began or ended, no row written), once
     past ``run.stall_after``; None while it moves (the run control's watchdog logs it too)."""
 
@@ -160,6 +163,8 @@ class LaneStatistics(_Json):
     eta_s: float = 0.0
     stores: tuple[StoreProgress, ...] = ()
     running: tuple[TaskStatistics, ...] = ()
+    deadline_in_s: float | None = None
+    pace: float | None = None
     stalled_for: float | None = None
 
 

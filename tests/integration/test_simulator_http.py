@@ -283,3 +283,24 @@ def test_advance_and_minimum_endpoints_move_time_and_answer_the_ground_truth():
         assert [e.path for e in sim.request_log()] == ["/api/settlement/list"]  # admin calls are not API traffic
     finally:
         sim.stop()
+
+
+def test_risk_control_can_be_changed_while_the_simulator_runs():
+    sim = start(risk=RiskControlConfig(gap_standard=5, gap_groupbuy=5))
+    try:
+        with client(sim) as http, client(sim, token="fq_wrong") as stranger:
+            body = {"siteId": SITE, "page": 1, "limit": 200, **WINDOW}
+            assert post(http, "/api/payment/list", body)["code"] == 0
+            assert post(http, "/api/payment/list", body)["code"] == 42901  # 5 s not passed
+            assert post(stranger, "/__sim/risk", {"enabled": False})["code"] == 40101
+            for bad in ({"enabled": 1}, {"gap_standard": "3"}, {"gap_standard": -1}, {"speed": 2}):
+                assert post(http, "/__sim/risk", bad)["code"] == 40001, bad
+            answer = post(http, "/__sim/risk", {"enabled": False})
+            assert answer["code"] == 0 and answer["data"]["enabled"] is False and answer["data"]["gap_standard"] == 5
+            assert [post(http, "/api/payment/list", body)["code"] for _ in range(3)] == [0, 0, 0]  # off: no gap
+            assert post(http, "/__sim/risk", {"enabled": True, "gap_standard": 0.05})["data"]["gap_standard"] == 0.05
+            time.sleep(0.06)
+            assert post(http, "/api/payment/list", body)["code"] == 0
+            assert post(http, "/api/payment/list", body)["code"] == 42901  # on again, with the new G
+    finally:
+        sim.stop()

@@ -133,10 +133,18 @@ def test_rules_find_failed_token_refused_store_refused_ban_and_timeout():
 
 
 def test_a_new_status_is_one_more_entry(monkeypatch):
-    summary = {**_summary("FAILED"), "status": "DEADLINE"}
+    # DEADLINE (issue 20) became such an entry; a status still unknown stands in for the next one
+    summary = {**_summary("FAILED"), "status": "LATER_STATUS"}
     assert rules.run_findings(summary, RulesModel()) == []
-    monkeypatch.setitem(rules.STATUS_REASONS, "DEADLINE", "FAILED")
+    monkeypatch.setitem(rules.STATUS_REASONS, "LATER_STATUS", "FAILED")
     assert [f.reason for f in rules.run_findings(summary, RulesModel())] == ["FAILED"]
+
+
+def test_a_run_stopped_at_its_deadline_is_one_reason_of_its_own():
+    summary = {**_summary("FAILED"), "status": "DEADLINE", "error": "lane default: deadline 06:00 reached"}
+    found = rules.run_findings(summary, RulesModel())
+    assert [f.reason for f in found] == ["DEADLINE"] and rules.severity(["DEADLINE"]) == "warning"
+    assert rules.run_findings(summary, RulesModel(deadline=False)) == []
 
 
 def test_a_streak_alerts_once_when_it_reaches_n():

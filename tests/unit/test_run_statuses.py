@@ -4,7 +4,7 @@ no failure (issue 18 item 3)."""
 from __future__ import annotations
 
 from feiqiu_etl import exitcodes, registry
-from feiqiu_etl.runner.results import (BUSY, CANCELLED, FAILED, PARTIAL, STATUSES, SUCCESS, LaneResult, RunResult,
+from feiqiu_etl.runner.results import (BUSY, CANCELLED, DEADLINE, FAILED, PARTIAL, STATUSES, SUCCESS, LaneResult, RunResult,
                                        StoreResult, combine)
 
 
@@ -14,7 +14,7 @@ def _lane(name: str, *, busy: bool = False, reason: str | None = None) -> LaneRe
 
 def test_every_final_status_has_its_exit_code_and_is_a_registry_status():
     assert {name: s.exit_code for name, s in STATUSES.items()} == {
-        SUCCESS: 0, PARTIAL: 3, FAILED: 4, CANCELLED: 5, BUSY: exitcodes.LANE_BUSY}
+        SUCCESS: 0, PARTIAL: 3, FAILED: 4, CANCELLED: 5, BUSY: exitcodes.LANE_BUSY, DEADLINE: 9}
     assert set(STATUSES) <= set(registry.STATUSES)
 
 
@@ -27,6 +27,11 @@ def test_combine_follows_the_table():
     assert combine([SUCCESS, FAILED]) == PARTIAL
     assert combine([BUSY, CANCELLED]) == CANCELLED
     assert combine([SUCCESS], cancelled=True) == CANCELLED
+    assert combine([SUCCESS, DEADLINE]) == DEADLINE  # nothing failed; something left for the next run
+    assert combine([DEADLINE, DEADLINE]) == DEADLINE
+    assert combine([DEADLINE, FAILED]) == PARTIAL
+    assert combine([DEADLINE, BUSY]) == PARTIAL
+    assert combine([DEADLINE], cancelled=True) == CANCELLED
 
 
 def test_a_run_whose_every_lane_is_busy_is_busy_exit_6_and_says_so_once():

@@ -17,6 +17,7 @@
         failed: true
         partial: true
         interrupted: true
+        deadline: true                 # a lane reached its --deadline; the rest is the next run's
         timeout: true                  # CANCELLED by --timeout
         token_refused: true            # 40101
         store_refused: true            # 40103
@@ -100,6 +101,7 @@ class RulesModel(_Strict):
     failed: bool = True
     partial: bool = True
     interrupted: bool = True
+    deadline: bool = True
     timeout: bool = True
     token_refused: bool = True
     store_refused: bool = True

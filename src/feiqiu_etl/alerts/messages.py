@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, FAILED, INTERRUPTED, PARTIAL, STALE,
+from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, DEADLINE, FAILED, INTERRUPTED, PARTIAL, STALE,
                                      STATUS_REASONS, STORE_REFUSED, TEST, TIMEOUT, TOKEN_REFUSED, Finding, ordered,
                                      severity)
 from feiqiu_etl.formats import when
@@ -43,6 +43,7 @@ TEXTS: dict[str, dict[str, str]] = {
         FAILED: "the run FAILED: {error}",
         PARTIAL: "the run is PARTIAL: some items failed ({error})",
         INTERRUPTED: "the run was INTERRUPTED: {error}",
+        DEADLINE: "the run stopped at its DEADLINE, the rest is left for the next run ({error})",
         TIMEOUT: "the run was cancelled by its --timeout",
         TOKEN_REFUSED: "token refused (40101) on lane {lanes}",
         STORE_REFUSED: "store refused (40103): {stores}",
@@ -71,6 +72,7 @@ TEXTS: dict[str, dict[str, str]] = {
         FAILED: "运行失败（FAILED）：{error}",
         PARTIAL: "运行部分成功（PARTIAL）：部分数据失败（{error}）",
         INTERRUPTED: "运行被中断（INTERRUPTED）：{error}",
+        DEADLINE: "运行到达截止时间（DEADLINE）而停止，其余留给下次运行（{error}）",
         TIMEOUT: "运行超过 --timeout 被取消",
         TOKEN_REFUSED: "令牌被拒绝（40101），通道 {lanes}",
         STORE_REFUSED: "门店被拒绝（40103）：{stores}",

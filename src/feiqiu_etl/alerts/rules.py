@@ -4,15 +4,16 @@ A rule turns facts into :class:`Finding` values; it never sends anything. A find
 :data:`REASONS`) and a *subject* — what it is about — which together are the key that stops a storm: the
 same reason about the same subject is sent once per target (:mod:`.record`). The subjects are:
 
-* the run id for the run's own reasons (``FAILED``, ``PARTIAL``, ``INTERRUPTED``, ``TIMEOUT``,
+* the run id for the run's own reasons (``FAILED``, ``PARTIAL``, ``INTERRUPTED``, ``DEADLINE``, ``TIMEOUT``,
   ``TOKEN_REFUSED``, ``STORE_REFUSED``, ``BANNED``);
 * ``site/run`` for ``CONSECUTIVE_FAILURES``, raised exactly when a store's streak of failed runs reaches N
   (not again at N + 1: the streak is already known);
 * ``connector/site/task@fresh_until`` for ``STALE``: a store/task is reported once per age; after a fresh
   load, it can be reported again when it falls behind again.
 
-A run's status maps to its reason through :data:`STATUS_REASONS`; a later status such as ``DEADLINE`` is one
-more entry there (and one more flag in :class:`~feiqiu_etl.alerts.config.RulesModel` and two message lines).
+A run's status maps to its reason through :data:`STATUS_REASONS` (``DEADLINE``, a lane that reached its deadline
+and left work for the next run, is one entry there, one flag in :class:`~feiqiu_etl.alerts.config.RulesModel` and
+two message lines).
 The input is the run's summary as ``run --json`` prints it (``RunResult.to_dict``) or, for a run found
 INTERRUPTED, its record; only plain dicts, so a rule is a pure function and is tested without a database.
 """
@@ -24,13 +25,13 @@ from typing import Any, Iterable
 
 FAILED, PARTIAL, INTERRUPTED, TIMEOUT = "FAILED", "PARTIAL", "INTERRUPTED", "TIMEOUT"
 TOKEN_REFUSED, STORE_REFUSED, BANNED = "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
-CONSECUTIVE_FAILURES, STALE, TEST = "CONSECUTIVE_FAILURES", "STALE", "TEST"
+CONSECUTIVE_FAILURES, STALE, TEST, DEADLINE = "CONSECUTIVE_FAILURES", "STALE", "TEST", "DEADLINE"
 
-STATUS_REASONS = {"FAILED": FAILED, "PARTIAL": PARTIAL, "INTERRUPTED": INTERRUPTED}
+STATUS_REASONS = {"FAILED": FAILED, "PARTIAL": PARTIAL, "INTERRUPTED": INTERRUPTED, "DEADLINE": DEADLINE}
 """Run status → reason. A status not listed (SUCCESS, CANCELLED) raises nothing by itself."""
 
 REASONS = (FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES, BANNED, STORE_REFUSED, PARTIAL,
-           STALE, TEST)
+           DEADLINE, STALE, TEST)
 """Every reason, most severe first (a message's title names its first)."""
 
 RULE_NAMES = tuple(r.lower() for r in REASONS if r != TEST)

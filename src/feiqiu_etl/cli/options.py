@@ -201,6 +201,10 @@ run_options = [
     click.option("--now", "now_text", metavar='"YYYY-MM-DD HH:MM:SS"',
                  help="treat this Asia/Shanghai time as now: incremental windows end here (a replay, or a simulator "
                       "whose clock was moved; not after the current time)"),
+    click.option("--deadline", metavar="06:00|45m", expose_value=False,
+                 callback=functools.partial(_collect_flag, "run.deadline"),
+                 help="stop sending requests at this time of day (display zone) or this long after the start "
+                      "(45m, 90s); recent data first, gaps narrowed within safe bounds (run.deadline)"),
     click.option("--dsn", help="PostgreSQL DSN (env ETL_DB_DSN); default: embedded server"),
     click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)"),
     click.option("--no-dwd", is_flag=True, help="load ODS only"),

@@ -45,6 +45,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from feiqiu_etl.config.dotenv import DotEnv
 from feiqiu_etl.config.errors import ConfigError
+from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.pipeline.config import (BatchSize, BatchTimeout, FailureLimit, GapSeconds, PipelineConfig, QueueSize,
                                         Workers)
 
@@ -124,6 +125,10 @@ class LaneSection(_Section):
     max_transport_failures: int = Field(5, ge=1, le=1000, description="abort a lane after this many requests in a "
                                                                          "row reached no server")
     max_active_stores: int = Field(8, ge=1, le=64, description="stores of one lane that take turns on it at once")
+    safety_margin: float = Field(0.1, ge=0, le=10, description="to meet a deadline a gap narrows to no less than its "
+                                                                "class's documented minimum times 1 + this")
+    safety_margin_seconds: float = Field(0.3, ge=0, le=3600, description="... and no less than that minimum plus this "
+                                                                          "many seconds")
 
 
 class DetailSection(_Section):
@@ -153,6 +158,13 @@ class RunSection(_Section):
                                                                    "feiqiu-etl runs prune)")
     stall_after: float = Field(900.0, ge=1, le=86400, description="a lane with no progress for this long (s) is "
                                                                    "reported stalled (status, web, log)")
+    deadline: str | None = Field(None, description="stop sending requests at this time of day (06:00, display zone) "
+                                                   "or this long after the start (45m, 90s); --deadline")
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, value: str | None) -> str | None:
+        return None if value is None else Deadline.parse(value).text
 
 
 class SqlSection(_Section):
@@ -273,14 +285,18 @@ class Settings(BaseSettings):
         return out
 
     # ------------------------------------------------------------------------------------------ layering
-    def for_lane(self, name: str, pipeline: Mapping[str, Any], api_base: str | None = None) -> "Settings":
+    def for_lane(self, name: str, pipeline: Mapping[str, Any], api_base: str | None = None,
+                 deadline: str | None = None) -> "Settings":
         """These settings with a fleet lane's layer on top: its ``pipeline`` keys (dotted, ``pipeline.`` optional:
-        ``rate_min``, ``ODS_MEMBER.rate_min``) and its ``api_base``. Raises :class:`ConfigError`."""
+        ``rate_min``, ``ODS_MEMBER.rate_min``), its ``api_base`` and its ``deadline`` (``run.deadline``). Raises
+        :class:`ConfigError`."""
         values: dict[str, Any] = {}
         for key, value in pipeline.items():
             values[(key if key.startswith("pipeline.") else f"pipeline.{key}").lower()] = value
         if api_base is not None:
             values["api_base"] = api_base
+        if deadline is not None:
+            values["run.deadline"] = deadline
         layer = read_layer(Source.LANE, values, self._tasks, label=f"{Source.LANE.label} {name}")
         return _build((*self._layers, layer), self._tasks)
 
@@ -443,6 +459,7 @@ def _scoped(key: str, problem: str) -> str:
 def _problem(key: str | None, error: Mapping[str, Any]) -> str:
     """One pydantic error as one line, naming ``key`` (or the field pydantic names)."""
     kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
+    named = key
     key = key or ".".join(str(p) for p in error.get("loc", ()))
     bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
               "less_than": ("<", "lt")}
@@ -455,8 +472,8 @@ def _problem(key: str | None, error: Mapping[str, Any]) -> str:
         return f"{key}: expected int, got {got!r}"
     if kind.startswith("float_"):
         return f"{key}: expected float, got {got!r}"
-    if kind == "value_error":
-        return str(ctx.get("error", error["msg"]))
+    if kind == "value_error":  # a validator's own sentence; named by its key when the key is known
+        return f"{named}: {ctx.get('error', error['msg'])}" if named else str(ctx.get("error", error["msg"]))
     return f"{key}: {error['msg']}"
 
 

@@ -130,6 +130,49 @@ def plan_incremental(
     return merge(parts)
 
 
+def split_back(window: Window, max_length: timedelta) -> list[Window]:
+    """Like :func:`split`, but aligned to the end and newest first: the oldest segment is the short one (history
+    filled backwards, a segment at a time, keeps its segment boundaries from one night to the next)."""
+    if max_length <= timedelta(0):
+        raise ValueError("segment length must be positive")
+    out: list[Window] = []
+    cursor = window.end
+    while cursor > window.start:
+        prev = max(cursor - max_length, window.start)
+        out.append(Window(prev, cursor))
+        cursor = prev
+    return out
+
+
+def recent_and_history(
+    now: datetime,
+    done: list[Window],
+    *,
+    lookback: timedelta,
+    initial: timedelta,
+    horizon: datetime | None = None,
+    recent_from: datetime,
+) -> tuple[list[Window], list[Window]]:
+    """:func:`plan_incremental`'s windows split for a run that must meet a deadline: ``(recent, history)``.
+
+    Recent is what a nightly run fetches: the look-back tail after the high-water mark — or, on a first load
+    (nothing finished since the horizon), only the part from ``recent_from`` on (e.g. yesterday 00:00), so that
+    yesterday's data comes first. History is everything before it (gaps left by earlier runs, the older part of a
+    first load), newest first. Both cover exactly what :func:`plan_incremental` plans."""
+    planned = plan_incremental(now, done, lookback=lookback, initial=initial, horizon=horizon)
+    if not planned:
+        return [], []
+    start = horizon if horizon is not None else now - initial
+    relevant = [w for w in merge(done) if w.end > start and w.start < now]
+    if relevant:
+        cut = max(start, min(max(w.end for w in relevant), now) - lookback)
+    else:
+        cut = max(start, min(recent_from, now))
+    recent = [Window(max(w.start, cut), w.end) for w in planned if w.end > cut]
+    history = [Window(w.start, min(w.end, cut)) for w in reversed(planned) if w.start < cut]
+    return recent, history
+
+
 def day_range(first: str | None, last: str | None) -> tuple[datetime | None, datetime | None]:
     """``--from DATE`` / ``--to DATE`` (``YYYY-MM-DD``, whole days in the source's zone, ``last`` inclusive) as
     the half-open ``[first 00:00, last + 1 day 00:00)`` of naive Shanghai-local datetimes; an end not given is

@@ -1,7 +1,9 @@
 """``CancellationToken`` (spec §3.2): a thread-safe, one-way cancel flag with an optional timeout.
 
 Once cancelled it stays cancelled (Property 7). Waiters use ``token.event`` with ``Event.wait`` so they
-wake within milliseconds. ``dispose()`` stops the timeout timer; it never un-cancels.
+wake within milliseconds. ``dispose()`` stops the timeout timer; it never un-cancels. A :meth:`child` token
+(e.g. one lane's) is cancelled with its parent, with the parent's reason, and may also be cancelled alone — by
+hand or by :meth:`cancel_after` (a lane's deadline) — without touching the parent.
 """
 
 from __future__ import annotations
@@ -21,17 +23,39 @@ class CancellationToken:
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._timer: threading.Timer | None = None
+        self._children: list[CancellationToken] = []
         if timeout is not None and timeout > 0:
-            self._timer = threading.Timer(timeout, self.cancel, kwargs={"reason": "timeout"})
-            self._timer.daemon = True
-            self._timer.start()
+            self.cancel_after(timeout, "timeout")
+
+    def cancel_after(self, seconds: float, reason: str) -> None:
+        """Cancel with ``reason`` ``seconds`` from now (at once when ``seconds <= 0``); replaces an earlier timer."""
+        self.dispose()
+        if seconds <= 0:
+            self.cancel(reason)
+            return
+        self._timer = threading.Timer(seconds, self.cancel, kwargs={"reason": reason})
+        self._timer.daemon = True
+        self._timer.start()
+
+    def child(self) -> "CancellationToken":
+        """A token cancelled whenever this one is (at once if it already is), that can be cancelled alone."""
+        child = CancellationToken()
+        with self._lock:
+            self._children.append(child)
+            reason = self._reason
+        if reason is not None:
+            child.cancel(reason)
+        return child
 
     def cancel(self, reason: str = "cancel") -> None:
-        """Signal cancellation (idempotent; the first reason wins)."""
+        """Signal cancellation (idempotent; the first reason wins), to the children too."""
         with self._lock:
             if self._reason is None:
                 self._reason = reason
+            children = list(self._children)
         self._event.set()
+        for child in children:
+            child.cancel(reason)
 
     @property
     def is_cancelled(self) -> bool:

@@ -49,6 +49,18 @@ class Gap:
         """One gap, s, uniform in ``[min, max]``."""
         return min(max(rng.uniform(self.min, self.max), self.min), self.max)
 
+    def mean_toward(self, safe: float | None, factor: float) -> float:
+        """The expected gap (s) once a lane narrows it toward the floor ``safe`` by ``factor`` (as
+        :class:`~feiqiu_etl.pipeline.pace.Pace` does: a draw above ``safe`` moves toward it by ``1 - factor`` of its
+        distance, one at or below stays); the plain :attr:`mean` when ``safe`` is None or ``factor`` is 1."""
+        a, b = self.min, self.max
+        if safe is None or factor >= 1 or safe >= b:
+            return self.mean
+        if safe <= a:
+            return safe + factor * (self.mean - safe)
+        below = (safe - a) / (b - a)  # a < safe < b: the draws below safe stay, those above narrow
+        return below * (a + safe) / 2 + (1 - below) * (safe + factor * (b - safe) / 2)
+
 
 @pydantic_dataclass(frozen=True, config=ConfigDict(strict=True, allow_inf_nan=False))
 class PipelineConfig:

@@ -9,6 +9,8 @@ request of every pipeline using the lane goes through :meth:`RequestScheduler.se
 * **the gap** before a request is drawn from *that request's* limiter (its task's configuration) and is
   measured from the end of the previous response, across task and store boundaries (ENGINE-NOTES); an
   attempt that never reached a server (``transport_failure``) owes no gap, only its retry backoff;
+* **a pace** (optional, :class:`~feiqiu_etl.pipeline.pace.Pace`): to meet a deadline the drawn gap narrows toward
+  its class's safe floor (never below it, never widened);
 * **a floor per gap class** (e.g. "standard" and "groupbuy" endpoints, upstream-api.md §2.2): after the
   upstream said a request came too early (an exception with ``lane_backoff.kind == "throttled"``), every
   later request of that class waits at least the gap the upstream demanded — for the rest of the lane's
@@ -40,6 +42,7 @@ from typing import Any, Callable, Hashable, TypeVar
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
 from feiqiu_etl.pipeline.errors import Cancelled, LaneBackoff, LaneTripped
+from feiqiu_etl.pipeline.pace import Pace
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter
 
 T = TypeVar("T")
@@ -117,16 +120,18 @@ class RequestScheduler:
     """The serial lane of one upstream account (see the module docstring). No global state.
 
     ``name`` labels statistics and log lines; ``max_transport_failures`` (None = never) arms the circuit
-    breaker; ``logger`` receives the once-per-class floor notices and the trip.
+    breaker; ``logger`` receives the once-per-class floor notices and the trip; ``pace`` narrows the drawn gaps
+    toward safe floors (None: never).
     """
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, *, name: str = "lane",
                  max_transport_failures: int | None = None, logger: logging.Logger | None = None,
-                 observer: Callable[[AttemptRecord], None] | None = None):
+                 observer: Callable[[AttemptRecord], None] | None = None, pace: Pace | None = None):
         if max_transport_failures is not None and max_transport_failures < 1:
             raise ValueError(f"max_transport_failures must be >= 1, got {max_transport_failures}")
         self.name = name
         self._observer = observer
+        self._pace = pace
         self._clock = clock
         self._log = logger or logging.getLogger("feiqiu_etl.lane")
         self._max_transport = max_transport_failures
@@ -209,7 +214,7 @@ class RequestScheduler:
         """Wait for the lane and the gap, then call ``fn()`` (the actual request) and record when it ended.
 
         The gap is ``max(limiter.draw(), floor(gap_class), min_wait)`` seconds after the previous response
-        ended, and never before a hold left by an earlier attempt; the first request of a lane is not
+        ended (the draw narrowed by the lane's pace, if any), and never before a hold left by an earlier attempt; the first request of a lane is not
         delayed unless ``min_wait`` > 0. ``label`` (e.g. ``"/api/x page 3"``) shows in statistics.
 
         Raises ``Cancelled`` if ``cancel_event`` fires before sending — or, with ``abortable``, while the
@@ -276,6 +281,8 @@ class RequestScheduler:
                 self._cancelled_waits += 1
             raise Cancelled()
         drawn = limiter.draw()
+        if self._pace is not None:
+            drawn = self._pace.gap(drawn, gap_class)
         with self._cond:
             floor = self._floors.get(gap_class or "", 0.0)
             now = self._clock.monotonic()

@@ -1,22 +1,27 @@
 """Build a :class:`~feiqiu_etl.plan.model.RunPlan` from validated inputs and the warehouse's history.
 
-Pure: no I/O, no clock except ``inputs.windows.now`` (or the time given). For every lane, store and task it
-decides the window segments (explicit, or incremental: resume from the holes plus the task's look-back,
+Pure: no I/O, no clock except ``inputs.windows.now`` and ``started`` (or the times given). For every lane, store
+and task it decides the window segments (explicit, or incremental: resume from the holes plus the task's look-back,
 docs/upstream-api.md Q13), the horizon to record, the owed details, the re-check budget and an estimate of
-requests and lane seconds (:mod:`.estimates`).
+requests and lane seconds (:mod:`.estimates`). A lane with a deadline (``run.deadline``) runs recent data first:
+its incremental tasks are split into parts (:func:`_with_parts`: recent, owed, history newest first), and the
+plan says what fits before the deadline (:mod:`feiqiu_etl.plan.fit`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta, timezone
 
 from feiqiu_etl.connector.spec import OdsTaskSpec
-from feiqiu_etl.connector.windows import Window, local_now, plan_incremental, split
+from feiqiu_etl.connector.windows import (Window, local_now, plan_incremental, recent_and_history, split,
+                                          split_back)
+from feiqiu_etl.deadline import Deadline
+from feiqiu_etl.estimates import Estimate, plan_estimate
 from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.estimates import plan_estimate
+from feiqiu_etl.plan.fit import fit_lane, safe_gaps
 from feiqiu_etl.plan.history import EMPTY, PlanHistory, TaskHistory
 from feiqiu_etl.plan.inputs import LaneInput, PlanInputs
 from feiqiu_etl.plan.model import LanePlan, RunPlan, TaskPlan
@@ -25,41 +30,67 @@ DEFAULT_REQUEST_SECONDS = 0.1
 """Assumed time a request holds the lane (latency) before any run measured it."""
 
 
-def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetime | None = None) -> RunPlan:
-    """The run's plan. ``now`` (naive Asia/Shanghai) defaults to ``inputs.windows.now`` or the current time."""
+def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetime | None = None,
+               started: datetime | None = None) -> RunPlan:
+    """The run's plan. ``now`` (naive Asia/Shanghai) defaults to ``inputs.windows.now`` or the current time;
+    ``started`` (aware; default: the current time) is the wall-clock start a deadline counts from."""
     now = now or inputs.windows.now or local_now()
+    started = started or datetime.now(timezone.utc)
     share = inputs.settings.detail.recheck_share
-    lanes = tuple(_with_rechecks(_lane(inputs, lane, history, now), share, history) for lane in inputs.lanes)
+    lanes = tuple(_with_deadline(inputs, lane, _with_rechecks(_lane(inputs, lane, history, now), share, history),
+                                 history, started) for lane in inputs.lanes)
     return RunPlan(
         connector=inputs.connector, lanes=lanes, load_ods=inputs.load_ods, dwd=inputs.dwd, now=now,
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
         unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.settings.detail.max_attempts,
         db=DbLimits.of(inputs.settings.db), stall_after=inputs.settings.run.stall_after,
         retention_days=inputs.settings.run.retention_days,
-        settings=settings_snapshot(inputs),
+        settings=settings_snapshot(inputs), started=started,
     )
 
 
 def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: datetime) -> LanePlan:
     latency = history.request_seconds if history.request_seconds is not None else DEFAULT_REQUEST_SECONDS
+    phased = lane.settings.run.deadline is not None and inputs.windows.explicit is None
     tasks = []
     for store in lane.stores:
         for spec in lane.specs:
             past = history.of(spec.code, store.site_id)
-            windows, horizon = plan_windows(inputs, spec, past, now)
+            recent = None
+            if phased:
+                windows, recent, horizon = phased_windows(inputs, spec, past, now)
+            else:
+                windows, horizon = plan_windows(inputs, spec, past, now)
             cfg = lane.configs[spec.code]
             owed = past.owed_details if spec.detail else 0
             tasks.append(TaskPlan(spec=spec, site_id=store.site_id, config=cfg, windows=windows, horizon=horizon,
                                   owed_details=owed,
                                   estimate=plan_estimate(spec, cfg, windows, past.runs, owed, latency, past.done),
-                                  first_load=past.last is None))
+                                  first_load=past.last is None, recent_windows=recent))
     return LanePlan(
         name=lane.name, token=lane.token, token_source=lane.token_source, api_base=lane.api_base,
         stores=lane.stores, tasks=tuple(tasks), connector=inputs.connector.name, timeout=inputs.api_timeout,
         connect_timeout=inputs.connect_timeout, retry=inputs.retry,
         max_transport_failures=inputs.settings.lane.max_transport_failures,
-        max_active_stores=inputs.settings.lane.max_active_stores,
+        max_active_stores=inputs.settings.lane.max_active_stores, request_seconds=latency,
     )
+
+
+def _with_deadline(inputs: PlanInputs, lane: LaneInput, plan: LanePlan, history: PlanHistory,
+                   started: datetime) -> LanePlan:
+    """A lane with a deadline: its tasks in parts (recent data first), the instant it stops, the narrowest safe
+    gap per class (documented minimum plus the margin, or a floor the token learnt) and what fits by then."""
+    text = lane.settings.run.deadline
+    if text is None:
+        return plan
+    deadline = Deadline.parse(text)
+    at = deadline.at(started)
+    margins = lane.settings.lane
+    documented = {name: c.min_gap for name, c in inputs.connector.api.gap_classes.items()}
+    plan = replace(_with_parts(plan, history), deadline=deadline, deadline_at=at,
+                   safe_gaps=safe_gaps(documented, share=margins.safety_margin, seconds=margins.safety_margin_seconds,
+                                       learnt=history.floors.get(plan.key)))
+    return replace(plan, fit=fit_lane(plan, (at - started).total_seconds()))
 
 
 def _with_rechecks(lane: LanePlan, share: float, history: PlanHistory = EMPTY) -> LanePlan:
@@ -110,6 +141,71 @@ def plan_windows(inputs: PlanInputs, spec: OdsTaskSpec, past: TaskHistory,
     planned = plan_incremental(now, list(past.done), lookback=lookback, initial=ws.initial, horizon=past.horizon)
     horizon = planned[0].start if planned else None
     return tuple(seg for w in planned for seg in split(w, max_segment)), horizon
+
+
+def phased_windows(inputs: PlanInputs, spec: OdsTaskSpec, past: TaskHistory,
+                   now: datetime) -> tuple[tuple[Window, ...], int, datetime | None]:
+    """A windowed task's segments for a lane with a deadline, newest first: the recent ones (the look-back tail, or
+    on a first load the part since yesterday 00:00), then the history (older gaps, split back from their newest
+    end); how many are recent; the horizon to record. A snapshot has none. The same windows as
+    :func:`plan_windows`, in another order (a first load's yesterday its own segment)."""
+    if spec.kind != "windowed":
+        return (), 0, None
+    ws = inputs.windows
+    max_segment = min(ws.segment, timedelta(days=inputs.connector.api.window.max_days))
+    lookback = spec.lookback if spec.lookback is not None else ws.lookback
+    yesterday = datetime.combine(now.date() - timedelta(days=1), time())
+    recent, older = recent_and_history(now, list(past.done), lookback=lookback, initial=ws.initial,
+                                       horizon=past.horizon, recent_from=yesterday)
+    planned = plan_incremental(now, list(past.done), lookback=lookback, initial=ws.initial, horizon=past.horizon)
+    horizon = planned[0].start if planned else None
+    first = [seg for w in reversed(recent) for seg in split_back(w, max_segment)]
+    rest = [seg for w in older for seg in split_back(w, max_segment)]
+    return tuple(first + rest), len(first), horizon
+
+
+def _with_parts(lane: LanePlan, history: PlanHistory) -> LanePlan:
+    """Split each task planned with ``recent_windows`` into its parts (see :class:`TaskPlan`), each with its own
+    estimate; the task's estimate becomes their sum."""
+    tasks = []
+    for task in lane.tasks:
+        if task.recent_windows is None:
+            tasks.append(task)
+            continue
+        parts = _parts(task, history.of(task.code, task.site_id), lane.request_seconds)
+        total = Estimate(sum(p.estimate.list_requests for p in parts), sum(p.estimate.detail_requests for p in parts),
+                         sum(p.estimate.seconds for p in parts), task.estimate.basis,
+                         rows=sum(p.estimate.rows for p in parts))
+        tasks.append(replace(task, parts=parts, estimate=total))
+    return replace(lane, tasks=tuple(tasks))
+
+
+def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan, ...]:
+    """The recent part (with the task's few re-checks; on a first load the snapshot's details moved to the owed
+    part), the owed part (tasks with details owed: by earlier runs, or those the recent part defers; none when
+    nothing is owed, so that a store whose recent part is done is done), one history part per older segment —
+    each estimated on its own windows (:func:`feiqiu_etl.estimates.plan_estimate`)."""
+    spec, cfg = task.spec, task.config
+
+    def estimate(windows: tuple[Window, ...]) -> Estimate:
+        return plan_estimate(spec, cfg, windows, past.runs, 0, latency, past.done)
+
+    recent_windows, history = task.windows[:task.recent_windows], task.windows[task.recent_windows:]
+    recent = estimate(recent_windows)
+    deferred = recent.detail_requests if replace(task, phase="recent").defers_details else 0
+    per_request = cfg.gap.mean + latency
+    details = recent.detail_requests - deferred + task.recheck_budget
+    parts = [replace(task, phase="recent", windows=recent_windows, owed_details=0, parts=(),
+                     estimate=replace(recent, detail_requests=details,
+                                      seconds=(recent.list_requests + details) * per_request))]
+    owed = task.owed_details + deferred
+    if spec.detail is not None and owed:
+        parts.append(replace(task, phase="owed", windows=(), recheck_budget=0, parts=(),
+                             estimate=Estimate(0, owed, owed * per_request, recent.basis)))
+    for window in history:
+        parts.append(replace(task, phase="history", windows=(window,), owed_details=0, recheck_budget=0, parts=(),
+                             estimate=estimate((window,))))
+    return tuple(parts)
 
 
 def settings_snapshot(inputs: PlanInputs) -> dict:

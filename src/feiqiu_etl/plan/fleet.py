@@ -11,6 +11,7 @@ A chain of stores may hold several tokens; risk control is per token across all 
           - {site_id: 8640015201004417, name: 旗舰店}
           - {site_id: 8640015201004418}
         pipeline: {rate_min: 6, rate_max: 20}   # optional, this lane only (any pipeline.* key)
+        deadline: "06:00"                       # optional, this lane only (run.deadline)
       - name: south
         token_env: FQ_TOKEN_SOUTH
         stores: [{site_id: 8640015201004419}]
@@ -55,6 +56,18 @@ class LaneModel(_Strict):
     stores: list[StoreModel] = Field(min_length=1)
     tasks: list[str] | None = None
     pipeline: dict[str, Any] = {}
+    deadline: Any = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v: Any) -> str | None:
+        from feiqiu_etl.deadline import Deadline
+
+        if v is None:
+            return None
+        if not isinstance(v, str):  # YAML reads 6:30:00 as the number 23400
+            raise ValueError(f"write the deadline in quotes, e.g. deadline: \"06:00\" (YAML read {v!r})")
+        return Deadline.parse(v).text
 
     @field_validator("name")
     @classmethod

@@ -261,7 +261,7 @@ def _fleet_lanes(options: RunOptions, connector: Connector, settings: Settings, 
                 raise ConfigError(f"{options.fleet_path}: lane {lane.name}: {exc.args[0]}") from None
         try:
             lane_settings = settings.for_lane(lane.name, _lane_keys(lane.pipeline, options.fleet_path, lane.name),
-                                              lane.api_base)
+                                              lane.api_base, lane.deadline)
             configs = _configs(lane.name, lane_settings, lane_specs, connector, options.unsafe_gaps)
         except ConfigError as exc:
             if not lane.pipeline or str(exc).startswith(str(options.fleet_path)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from feiqiu_etl.api.client import RetryPolicy
 from feiqiu_etl.config.settings import fingerprint
@@ -18,8 +18,12 @@ from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
 from feiqiu_etl.db.connection import DbLimits
+from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
+
+if TYPE_CHECKING:
+    from feiqiu_etl.plan.fit import LaneFit
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,11 @@ class Secret:
 
     def __repr__(self) -> str:
         return f"Secret(fingerprint={self.fingerprint()})"
+
+
+DEADLINE_ACTIVE_STORES = 2
+"""Stores of a lane with a deadline that take turns at once: two keep the lane busy while one is between tasks
+(its database steps), and stores finish one after another instead of eight at the same moment near the end."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,12 @@ class TaskPlan:
     runs (fetched first). ``first_load`` is True when no earlier run of this task and store is known.
     ``recheck_budget`` is how many details checked longest ago this run re-fetches (``detail.recheck_share``,
     rounded down); ``recheck_credit`` the fraction of a re-check left over, carried to the next run.
+
+    A lane with a deadline runs each task in ``parts`` (:data:`feiqiu_etl.plan.fit.PHASES`), each a ``TaskPlan`` of
+    its own ``phase``: ``recent`` (the snapshot — on its first load without its details, deferred to the owed part —
+    or the newest windows, ``windows[:recent_windows]`` of the whole task, with their details and the re-checks),
+    ``owed`` (details owed by earlier runs and deferred by the recent part; no such part when none is owed) and
+    ``history`` (one older window segment each, newest first). A task without parts runs whole (``phase`` ``all``).
     """
 
     spec: OdsTaskSpec
@@ -72,20 +87,34 @@ class TaskPlan:
     first_load: bool = False
     recheck_budget: int = 0
     recheck_credit: float = 0.0
+    phase: str = "all"
+    recent_windows: int | None = None
+    parts: tuple["TaskPlan", ...] = ()
 
     @property
     def code(self) -> str:
         return self.spec.code
 
+    @property
+    def defers_details(self) -> bool:
+        """The recent part of a snapshot with details on its first load: its parents' details (every parent is new:
+        thousands of requests) are recorded as owed, not fetched; the owed part fetches them after every store's
+        recent data. On later nights the few changed parents' details come with the snapshot."""
+        return self.phase == "recent" and self.spec.is_snapshot and self.spec.detail is not None and self.first_load
+
     def to_dict(self) -> dict[str, Any]:
         e = self.estimate
-        return {"task": self.code, "site_id": self.site_id, "kind": self.spec.kind,
-                "endpoint": self.spec.endpoint, "detail_endpoint": self.spec.detail_endpoint,
-                "gap_class": self.spec.gap_class, "rate_min": self.config.rate_min, "rate_max": self.config.rate_max,
-                "windows": [[fmt(w.start), fmt(w.end)] for w in self.windows], "owed_details": self.owed_details,
-                "recheck_budget": self.recheck_budget,
-                "estimate": {"list_requests": e.list_requests, "detail_requests": e.detail_requests,
-                             "requests": e.requests, "seconds": round(e.seconds, 1), "basis": e.basis}}
+        out = {"task": self.code, "site_id": self.site_id, "kind": self.spec.kind,
+               "endpoint": self.spec.endpoint, "detail_endpoint": self.spec.detail_endpoint,
+               "gap_class": self.spec.gap_class, "rate_min": self.config.rate_min, "rate_max": self.config.rate_max,
+               "windows": [[fmt(w.start), fmt(w.end)] for w in self.windows], "owed_details": self.owed_details,
+               "recheck_budget": self.recheck_budget,
+               "estimate": {"list_requests": e.list_requests, "detail_requests": e.detail_requests,
+                            "requests": e.requests, "seconds": round(e.seconds, 1), "basis": e.basis}}
+        if self.parts:
+            out["parts"] = [{"phase": p.phase, "windows": [[fmt(w.start), fmt(w.end)] for w in p.windows],
+                             "requests": p.estimate.requests} for p in self.parts]
+        return out
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,11 @@ class LanePlan:
 
     ``key`` identifies the lane across processes (connector name + token fingerprint, never the token):
     the runner holds a PostgreSQL advisory lock derived from it for the whole run.
+
+    ``deadline`` (None: none) is when the lane stops sending requests, ``deadline_at`` that instant (aware) for
+    this run; ``safe_gaps`` the narrowest gap per class it may narrow to (s, :func:`feiqiu_etl.plan.fit.safe_gaps`);
+    ``request_seconds`` how long a request holds the lane besides its gap (s, from history); ``fit`` what fits
+    before the deadline (:class:`~feiqiu_etl.plan.fit.LaneFit`, None without a deadline).
     """
 
     name: str
@@ -117,13 +151,44 @@ class LanePlan:
     retry: RetryPolicy
     max_transport_failures: int
     max_active_stores: int
+    deadline: Deadline | None = None
+    deadline_at: datetime | None = None
+    safe_gaps: Mapping[str, float] = field(default_factory=dict)
+    request_seconds: float = 0.1
+    fit: "LaneFit | None" = None
 
     @property
     def key(self) -> str:
         return f"{self.connector}:{self.token.fingerprint()}"
 
+    @property
+    def active_stores(self) -> int:
+        """How many stores take turns at once: ``max_active_stores``, at most :data:`DEADLINE_ACTIVE_STORES` with a
+        deadline (stores then finish one after another: a cut leaves the fewest of them unfinished)."""
+        if self.deadline is None:
+            return self.max_active_stores
+        return min(self.max_active_stores, DEADLINE_ACTIVE_STORES)
+
+    @property
+    def phased(self) -> bool:
+        """True when the lane runs its tasks in parts: recent data first, then owed details, then history."""
+        return any(t.parts for t in self.tasks)
+
     def tasks_of(self, site_id: int) -> tuple[TaskPlan, ...]:
         return tuple(t for t in self.tasks if t.site_id == site_id)
+
+    def schedule(self, site_id: int) -> tuple[tuple[str, TaskPlan], ...]:
+        """What the store runs, in order, as ``(phase, task or part)``: its tasks whole (phase ``all``), or in a
+        phased lane every recent part, then every owed part, then the history parts by age (the newest segment
+        of every task, then the next older, …)."""
+        tasks = self.tasks_of(site_id)
+        if not self.phased:
+            return tuple(("all", t) for t in tasks)
+        out = [(phase, p) for phase in ("recent", "owed") for t in tasks for p in t.parts if p.phase == phase]
+        history = [[p for p in t.parts if p.phase == "history"] for t in tasks]
+        for k in range(max(map(len, history), default=0)):
+            out.extend(("history", h[k]) for h in history if k < len(h))
+        return tuple(out)
 
     @property
     def estimate_requests(self) -> int:
@@ -140,7 +205,19 @@ class LanePlan:
                 "api_base": redact_url(self.api_base),
                 "stores": [{"site_id": s.site_id, "name": s.name} for s in self.stores],
                 "tasks": [t.to_dict() for t in self.tasks],
-                "estimate": {"requests": self.estimate_requests, "seconds": round(self.estimate_seconds, 1)}}
+                "estimate": {"requests": self.estimate_requests, "seconds": round(self.estimate_seconds, 1)},
+                "deadline": None if self.deadline is None else {
+                    "text": self.deadline.text, "at": self.deadline_at.isoformat() if self.deadline_at else None,
+                    "fit": self.fit.to_dict() if self.fit is not None else None,
+                    "summary": self.fit.lines(self.name, self.until()) if self.fit is not None else []}}
+
+    def until(self) -> str:
+        """The deadline as a person reads it: ``06:00 (06:00:00)``, ``45m (21:14:07)``."""
+        from feiqiu_etl.deadline import shown
+
+        if self.deadline is None or self.deadline_at is None:
+            return "-"
+        return f"{self.deadline.text} ({shown(self.deadline_at)})"
 
 
 @dataclass(frozen=True)
@@ -156,7 +233,8 @@ class DwdPlan:
 class RunPlan:
     """A whole run. ``lanes`` run concurrently, each strictly serial; then ``dwd`` (if any).
 
-    ``now`` is the plan's time (naive Asia/Shanghai); ``timeout`` (s) cancels the run; ``wait_for_lane``
+    ``now`` is the plan's time (naive Asia/Shanghai); ``started`` the wall-clock moment it was built (aware: the
+    start a deadline counts from); ``timeout`` (s) cancels the run; ``wait_for_lane``
     (s, None = do not wait) is how long a lane held by another process is waited for; ``retention_days`` how long
     the registry keeps a run's log and timeline (``run.retention_days``; 0 = forever); ``settings`` is the
     effective configuration with its sources (secrets never included).
@@ -176,6 +254,7 @@ class RunPlan:
     stall_after: float = 900.0
     retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
+    started: datetime | None = None
 
     @property
     def db_unavailable_limit(self) -> float:

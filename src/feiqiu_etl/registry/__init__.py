@@ -36,7 +36,7 @@ RUN_ID_CHARACTERS = r"[A-Za-z0-9._:-]{1,128}"
 """What a run id (or a prefix of one) is made of: ``20261201T020003Z-1a2b3c4d`` (:func:`new_run_id`); anything
 else — a NUL byte, a control character, 129 characters or more — names no run and is refused before the
 database is asked (``show``/``cancel``: one line, exit 2; the web API: 404)."""
-STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "INTERRUPTED")
+STATUSES = ("RUNNING", "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "DEADLINE", "INTERRUPTED")
 """What ``etl_meta.run.status`` holds: RUNNING, the final statuses of ``runner.results.STATUSES`` and INTERRUPTED."""
 HOST = socket.gethostname()
 

@@ -9,6 +9,15 @@ small ones: they finish in a fraction of the lane's time instead of after it.
 A token refused with 40101 stops the whole lane (the lane trips); a store refused with 40103 stops only that
 store; an unreachable upstream trips the lane after a few attempts (``max_transport_failures``). What was
 not started is reported as not run, with the reason.
+
+**A lane with a deadline** (issue 20) knows how much time it has. It runs in phases (:data:`~feiqiu_etl.plan.fit.
+PHASES`): every store's recent data first, then the owed details, then history newest first (the plan's parts of
+each task; a part's runs are merged back into one result per task at the end). At the start it says what fits
+(:func:`~feiqiu_etl.plan.fit.fit_lane`); while it runs it keeps the pace that meets the deadline from the work left
+and its own seconds per request (:func:`~feiqiu_etl.plan.fit.pace_for`), narrowing the gaps within safe bounds
+(:class:`~feiqiu_etl.pipeline.pace.Pace`) and saying so once; at the deadline its own cancellation token (a child of
+the run's) stops it: no new request, what was fetched is written, finished segments checkpointed, owed details
+kept — the tasks stopped or not started end ``DEADLINE``.
 """
 
 from __future__ import annotations
@@ -17,28 +26,43 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Callable
 
 from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.api.errors import AuthError, SiteForbiddenError
 from feiqiu_etl.pipeline.models import PipelineRequest
-from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler, SchedulerStatistics
-from feiqiu_etl.plan.model import LanePlan, StorePlan
+from feiqiu_etl.pipeline.pace import Pace
+from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestScheduler
+from feiqiu_etl.plan.fit import PHASES, Work, fit_lane, lane_seconds, pace_for
+from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
-from feiqiu_etl.runner.results import BUSY, CANCELLED, FAILED, PARTIAL, LaneResult, StoreResult
+from feiqiu_etl.runner.results import BUSY, CANCELLED, DEADLINE, FAILED, PARTIAL, LaneResult, StoreResult, merge_parts
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
                                    TaskStatistics)
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
 
+PACE_STEP = 0.05
+"""The pace is changed only by more than this (no flapping between two samples)."""
+
 
 @dataclass
 class _StoreState:
+    """A store of the lane: what it runs in order (``schedule``: its tasks, or their parts), the runs of those
+    done so far (``result.tasks`` while the lane runs: one per entry of the schedule, in order; once ``closed``,
+    one per task, the parts merged), the task running now."""
+
     plan: StorePlan
     result: StoreResult
+    schedule: tuple[tuple[str, TaskPlan], ...] = ()
     current: BaseOdsTask | None = None
     refused: str | None = None
+    closed: bool = False
+
+    @property
+    def done(self) -> list[TaskRun]:
+        return self.result.tasks
 
 
 @dataclass(frozen=True)
@@ -65,37 +89,47 @@ class LaneRunner:
         self.plan = lane
         self.rt = runtime
         self.log = logging.getLogger(f"feiqiu_etl.lane.{lane.name}")
+        self.cancellation = runtime.tasks.cancellation.child()  # the run's cancel, and this lane's deadline
+        self.pace = Pace(lane.safe_gaps) if lane.deadline is not None else None
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
-                                          logger=self.log, observer=self._attempt)
+                                          logger=self.log, observer=self._attempt, pace=self.pace)
         self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
                                              connect_timeout=lane.connect_timeout)
         self.result = LaneResult(lane.name, lane.key)
-        self._stores = [_StoreState(s, StoreResult(s.site_id, s.name)) for s in lane.stores]
+        self._stores = [_StoreState(s, StoreResult(s.site_id, s.name), lane.schedule(s.site_id)) for s in lane.stores]
         self.result.stores = [s.result for s in self._stores]
         self._lock = threading.Lock()
         self._rate = RateMeter()
         self._started: float | None = None
         self._finished: float | None = None
+        self._deadline: float | None = None  # monotonic
+        self._told_narrowing = False
         self._moved = time.monotonic()   # the lane's last progress: an attempt ended, a task began or ended, rows
         self._moved_rows = 0
-        self._executor = TaskExecutor(runtime.tasks, lane.name, runtime.store_log)
+        self._executor = TaskExecutor(replace(runtime.tasks, cancellation=self.cancellation), lane.name,
+                                      runtime.store_log)
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> LaneResult:
         self._started = self._moved = time.monotonic()
+        self._arm_deadline()
         try:
-            workers = max(1, min(self.plan.max_active_stores, len(self._stores)))
-            if workers == 1:
-                for store in self._stores:
-                    self._run_store(store)
-            else:
-                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lane-{self.plan.name}") as pool:
-                    list(pool.map(self._run_store, self._stores))
+            for phase in (PHASES if self.plan.phased else ("all",)):
+                stores = [s for s in self._stores if any(p == phase for p, _ in s.schedule)]
+                workers = max(1, min(self.plan.active_stores, len(stores)))
+                if workers == 1:
+                    for store in stores:
+                        self._run_store(store, phase)
+                else:
+                    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lane-{self.plan.name}") as pool:
+                        list(pool.map(lambda s, ph=phase: self._run_store(s, ph), stores))
         finally:
             self.client.close()
             self._finished = time.monotonic()
+            self.cancellation.dispose()
+            self._close_results()
         self.result.reason = self.result.reason or self.scheduler.tripped or self._never_reached()
         self.result.statistics = self.totals()
         return self.result
@@ -127,28 +161,97 @@ class LaneRunner:
         self.client.close()
         return self.result
 
+    # -------------------------------------------------------------------------------------------- deadline
+    def _arm_deadline(self) -> None:
+        """Start the deadline's timer and say what fits in the time left (the plan's fit, recomputed now)."""
+        plan = self.plan
+        if plan.deadline is None or plan.deadline_at is None:
+            return
+        left = (plan.deadline_at - datetime.now(timezone.utc)).total_seconds()
+        self.cancellation.cancel_after(left, "deadline")
+        fit = fit_lane(plan, max(0.0, left))
+        lines = fit.lines(plan.name, plan.until())
+        level = logging.INFO if fit.fits and not fit.narrowed else logging.WARNING
+        for line in lines:
+            self.log.log(level, "%s", line, extra={"lane": plan.name})
+        self._told_narrowing = fit.narrowed
+        if self.pace is not None:
+            self.pace.set(fit.pace)
+        self.result.deadline = {"text": plan.deadline.text, "at": plan.deadline_at.isoformat(), "reached": False,
+                                "fit": fit.to_dict()}
+        self._deadline = self._started + left  # from now on the run's loop keeps the pace
+
+    def _update_pace(self, now: float) -> None:
+        """Keep the pace that meets the deadline with the work left (called about twice a second)."""
+        if self.pace is None or self._deadline is None or self._finished or self.cancellation.is_cancelled:
+            return
+        left = self._deadline - now
+        work, overhead = self._remaining_work()
+        factor = pace_for(work, max(0.0, left), overhead)
+        old = self.pace.factor
+        if abs(factor - old) <= PACE_STEP and not (factor == 0.0 < old) and not (factor == 1.0 > old):
+            return
+        self.pace.set(factor)
+        if factor < 1.0 and not self._told_narrowing:
+            self._told_narrowing = True
+            safe = ", ".join(f"{c} {g:g} s" for c, g in sorted(self.plan.safe_gaps.items()))
+            self.log.warning("lane %s: %d requests left need %.0f s at the configured gaps, %.0f s are left until "
+                             "the deadline %s: narrowing the gaps toward the safe floors (%s; pace %.2f)",
+                             self.plan.name, sum(w.requests for w in work), lane_seconds(work, 1.0, overhead), left,
+                             self.plan.deadline, safe, factor, extra={"lane": self.plan.name})
+        else:
+            self.log.debug("lane %s: pace %.2f -> %.2f (%.0f s left)", self.plan.name, old, factor, left)
+
+    def _close_results(self) -> None:
+        """Each store's runs of its parts merged into one per task (plan order); stopped by the deadline, the
+        tasks stopped or not started are DEADLINE, and the lane says what was left."""
+        reached = self.cancellation.reason == "deadline" and not self.rt.tasks.cancellation.is_cancelled
+        left = 0
+        for store in self._stores:
+            runs: dict[str, list[TaskRun]] = {}
+            for (_, task), run in zip(store.schedule, store.done):
+                if reached and run.status in (CANCELLED, DEADLINE):
+                    run.result.status, run.result.cancelled = DEADLINE, False
+                    left += max(0, task.estimate.requests - run.result.total_requests)
+                runs.setdefault(run.task_code, []).append(run)
+            with self._lock:
+                store.result.tasks = [merge_parts(runs[t.code]) for t in self.plan.tasks_of(store.plan.site_id)
+                                      if t.code in runs]
+                store.closed = True
+        if self.result.deadline is not None:
+            self.result.deadline["reached"] = reached
+            if reached:
+                self.result.deadline["left_requests"] = left
+            self.result.deadline["pace"] = round(self.pace.factor, 3) if self.pace is not None else 1.0
+
     def stop(self, reason: str) -> None:
         """Stop the lane from outside (e.g. its cross-process lock was lost): no new request is sent."""
         self.result.reason = self.result.reason or reason
         self.scheduler.trip(reason)
 
-    def _run_store(self, store: _StoreState) -> None:
-        for task in self.plan.tasks_of(store.plan.site_id):
+    def _run_store(self, store: _StoreState, phase: str) -> None:
+        for part_phase, task in store.schedule:
+            if part_phase != phase:
+                continue
             why, status = self._skip_reason(store)
             if why:
-                store.result.tasks.append(TaskRun.not_run(task, why, status, self.plan.name))
+                with self._lock:
+                    store.done.append(TaskRun.not_run(task, why, status, self.plan.name))
                 continue
             access = LaneAccess(self.scheduler, self._transport(store), self.plan.name, store.plan.site_id)
             run = self._executor.run(task, access, observer=lambda ods, s=store: self._observe(s, ods))
             with self._lock:  # one step: its rows move from the running task to the finished ones
-                store.result.tasks.append(run)
+                store.done.append(run)
                 store.current = None
             self._moved = time.monotonic()
         if store.refused:
             store.result.reason = store.refused
 
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
-        if self.rt.tasks.cancellation.is_cancelled:
+        if self.cancellation.is_cancelled and self.cancellation.reason == "deadline" \
+                and not self.rt.tasks.cancellation.is_cancelled:
+            return f"deadline {self.plan.deadline} reached: left for the next run", DEADLINE
+        if self.cancellation.is_cancelled:
             return "cancelled before start", CANCELLED
         tripped = self.scheduler.tripped
         if tripped:
@@ -198,9 +301,39 @@ class LaneRunner:
 
     # -------------------------------------------------------------------------------------------- observe
     def _states(self) -> list[tuple[_StoreState, BaseOdsTask | None, list[TaskRun]]]:
-        """Each store with its running task and its finished ones, taken in one step."""
+        """Each store with its running task and its finished ones (runs of parts), taken in one step."""
         with self._lock:
-            return [(s, s.current, list(s.result.tasks)) for s in self._stores]
+            return [(s, s.current, list(s.done), s.closed) for s in self._stores]
+
+    def _remaining_work(self, states: list | None = None) -> tuple[list[Work], float]:
+        """The work left (every part not finished, the running one by what it still needs) with its gaps and safe
+        floors, and the lane's own seconds per request besides its gap: what the ETA and the pace are made of."""
+        work: list[Work] = []
+        for store, cur, finished, closed in (self._states() if states is None else states):
+            if closed:
+                continue
+            st = cur.statistics() if cur is not None else None
+            running = st if st is not None and st.state != "starting" else None
+            scale = _contract_scale(store.schedule, finished, cur.task if cur is not None else None, running)
+            for phase, task in store.schedule[len(finished):]:
+                if running is not None and task is cur.task:
+                    left = running.requests_remaining
+                elif task.estimate.basis == "contract" and scale is not None:
+                    left = max(_least_requests(task), round(task.estimate.requests * scale))
+                else:
+                    left = task.estimate.requests
+                work.append(Work(task.site_id, task.code, phase, left, task.config.gap,
+                                 self.plan.safe_gaps.get(task.spec.gap_class)))
+        return work, self._overhead()
+
+    def _overhead(self) -> float:
+        """Seconds a request holds the lane besides its gap, as this lane measured it (its wall time less the time
+        it waited in gaps, per request sent); the plan's figure before three requests."""
+        lane = self.scheduler.statistics()
+        if lane.requests_sent < 3 or self._started is None:
+            return self.plan.request_seconds
+        elapsed = (self._finished or time.monotonic()) - self._started
+        return max(0.0, elapsed - lane.waited_seconds) / lane.requests_sent
 
     @staticmethod
     def _rows(finished: list[TaskRun], running: TaskStatistics | None) -> int:
@@ -210,16 +343,17 @@ class LaneRunner:
     def rows_written(self) -> int:
         """Rows committed so far by this lane's tasks (inserted + updated + unchanged)."""
         return sum(self._rows(finished, cur.statistics() if cur is not None else None)
-                   for _, cur, finished in self._states())
+                   for _, cur, finished, _ in self._states())
 
     def sample(self, now: float | None = None) -> None:
         """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s` (rows
-        written count as the lane's progress too)."""
+        written count as the lane's progress too); with a deadline, keep the pace that meets it."""
         now = time.monotonic() if now is None else now
         rows = self.rows_written()
         self._rate.record(now, rows)
         if rows != self._moved_rows:
             self._moved_rows, self._moved = rows, now
+        self._update_pace(now)
 
     def stalled_for(self, now: float | None = None) -> float | None:
         """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
@@ -244,44 +378,72 @@ class LaneRunner:
         lane = self.scheduler.statistics()
         now = time.monotonic()
         current: CurrentRequest | None = None
-        queues, rows, remaining, done_tasks = Queues(), 0, 0, 0
+        queues, rows, done_tasks = Queues(), 0, 0
         stores: list[StoreProgress] = []
         running: list[TaskStatistics] = []
-        for store, cur, finished in self._states():
+        states = self._states()
+        for store, cur, finished, closed in states:
             st = cur.statistics() if cur is not None else None
             rows += self._rows(finished, st)
-            done_codes = {t.task_code for t in finished}
-            done_tasks += len(finished)
             planned = self.plan.tasks_of(store.plan.site_id)
-            for task in planned:
-                if st is not None and task is cur.task and st.state != "starting":
-                    remaining += st.requests_remaining
-                    queues += st.queues
-                    if st.state == "running":
-                        running.append(st)
-                        if lane.current_tenant == store.plan.site_id or current is None:
-                            current = CurrentRequest(task.code, store.plan.site_id, lane.current, lane.in_flight)
-                elif task.code not in done_codes:
-                    remaining += task.estimate.requests
-            stores.append(StoreProgress(store.plan.site_id, store.plan.name, tasks_done=len(finished),
+            tasks_done = len(finished) if closed else _tasks_done(store.schedule, len(finished))
+            done_tasks += tasks_done
+            if st is not None and st.state != "starting":
+                queues += st.queues
+                if st.state == "running":
+                    running.append(st)
+                    if lane.current_tenant == store.plan.site_id or current is None:
+                        current = CurrentRequest(cur.task.code, store.plan.site_id, lane.current, lane.in_flight)
+            stores.append(StoreProgress(store.plan.site_id, store.plan.name, tasks_done=tasks_done,
                                         tasks=len(planned), task=cur.task.code if cur is not None else None,
                                         refused=store.refused))
+        work, overhead = self._remaining_work(states)
+        remaining = sum(w.requests for w in work)
         state = "finished" if self._finished else ("waiting for lane" if self._started is None else "running")
-        eta = 0.0 if self._finished else round(remaining * self._seconds_per_request(lane)
-                                               + (lane.next_due_in if lane.wait_reason else 0.0), 1)
+        factor = self.pace.factor if self.pace is not None else 1.0
+        eta = 0.0 if self._finished else lane_seconds(work, factor, overhead) \
+            + (lane.next_due_in if lane.wait_reason else 0.0)
+        deadline_in = None if self._deadline is None else max(0.0, self._deadline - now)
+        if deadline_in is not None and not self._finished:
+            eta = min(eta, deadline_in)
         return LaneStatistics(
             name=self.plan.name, key=self.plan.key, state=state, current=current,
             next_due_in=round(lane.next_due_in, 1), wait_reason=lane.wait_reason, requests_sent=lane.requests_sent,
             throttled=lane.throttled, banned=lane.banned, banned_seconds=round(lane.banned_seconds, 1),
             floors=lane.floors, tripped=lane.tripped, queues=queues, rows_written=rows,
             rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
-            tasks=len(self.plan.tasks), eta_s=eta, stores=tuple(stores), running=tuple(running),
-            stalled_for=self.stalled_for(now))
+            tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
+            deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
+            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now))
 
-    def _seconds_per_request(self, lane: SchedulerStatistics) -> float:
-        """Lane seconds per request so far — wall time, so that the work between requests (a task's start,
-        its last batch) counts too; before three requests, the planned mean gap plus 0.1 s."""
-        if lane.requests_sent >= 3 and self._started is not None:
-            return (time.monotonic() - self._started) / lane.requests_sent
-        tasks = self.plan.tasks
-        return sum((t.config.rate_min + t.config.rate_max) / 2 for t in tasks) / len(tasks) + 0.1 if tasks else 0.0
+
+def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,
+                    running: TaskStatistics | None) -> float | None:
+    """How this store compares with the contract's documented volumes: the requests its tasks planned from the
+    contract (``basis`` ``contract``: no history) really needed — those finished, and the one running once its
+    first pages told (``requests`` + ``requests_remaining``) — over what the plan expected of them. None before
+    one of them ran. The live ETA scales the contract estimates of the store's tasks not started yet by it (a
+    store is smaller or bigger than the contract's lower bound in all its lists alike, more or less)."""
+    planned = needed = 0
+    for (_, task), run in zip(schedule, finished):
+        if task.estimate.basis == "contract" and run.skipped is None and run.status in ("SUCCESS", "PARTIAL"):
+            planned += task.estimate.requests
+            needed += run.result.total_requests
+    if current is not None and running is not None and current.estimate.basis == "contract" and running.requests:
+        planned += current.estimate.requests
+        needed += running.requests + running.requests_remaining
+    return needed / planned if planned > 0 else None
+
+
+def _least_requests(task: TaskPlan) -> int:
+    """A part that lists sends at least one page per window (or its snapshot's one); an owed part may send none."""
+    if task.phase == "owed":
+        return 0
+    return max(1, len(task.windows)) if task.spec.kind == "windowed" else 1
+
+
+def _tasks_done(schedule: tuple[tuple[str, TaskPlan], ...], finished: int) -> int:
+    """Tasks of a store whose every part (or the task itself) is finished, the first ``finished`` entries of its
+    schedule being done."""
+    left = {task.code for _, task in schedule[finished:]}
+    return len({task.code for _, task in schedule} - left)

@@ -215,7 +215,8 @@ def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     stale = inputs.settings.run.stale_after
     prepare_database(conn, inputs.connector, stale_after=stale)
     keys = [(s.code, store.site_id) for lane in inputs.lanes for store in lane.stores for s in lane.specs]
-    history = read_history(conn, inputs.connector.name, keys)
+    lanes = [f"{inputs.connector.name}:{lane.token.fingerprint()}" for lane in inputs.lanes]
+    history = read_history(conn, inputs.connector.name, keys, lanes)
     return build_plan(inputs, history, now=now)
 
 

@@ -4,6 +4,8 @@ The statuses are a table (:data:`STATUSES`): each with its exit code, what it me
 rules (README "Exit codes" says the same):
 
 * a **task**'s status is its pipeline's: FAILED (aborted) > CANCELLED > PARTIAL (some item failed) > SUCCESS;
+  DEADLINE when its lane reached its deadline before the task was done (stopped, or not started). A task run in
+  parts (a lane with a deadline: :func:`merge_parts`) takes the worst of its parts, DEADLINE below PARTIAL;
   a task of a lane another run holds is BUSY (it never started);
 * a **store** is FAILED when it was refused (40103), every task failed, or not one of its requests succeeded
   (nothing was loaded: a wrong URL, the upstream down); PARTIAL when some task is not SUCCESS; CANCELLED when
@@ -18,7 +20,12 @@ rules (README "Exit codes" says the same):
 
 In general (:func:`combine`): a *dominant* status of any part (CANCELLED) is the whole's; parts that all have
 one status give the whole that status; parts that all *stopped* (FAILED, BUSY: nothing loaded) give FAILED;
-anything else is PARTIAL. A new status (e.g. DEADLINE) is one more :class:`RunStatus` entry.
+parts that are SUCCESS or one *success-like* status (DEADLINE) give that status; anything else is PARTIAL.
+A new status is one more :class:`RunStatus` entry.
+
+**DEADLINE** (exit 9) is a whole — store, lane or run — whose parts all succeeded but some of which stopped at a
+lane's deadline: everything that ran is loaded, what was left is the next run's (not a failure). A failure
+anywhere makes it PARTIAL as before (the deadline is still in each lane's entry).
 """
 
 from __future__ import annotations
@@ -27,23 +34,27 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from feiqiu_etl import exitcodes
+from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
 
-SUCCESS, PARTIAL, FAILED, CANCELLED, BUSY = "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY"
+SUCCESS, PARTIAL, FAILED, CANCELLED, BUSY, DEADLINE = (
+    "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "DEADLINE")
 
 
 @dataclass(frozen=True)
 class RunStatus:
     """One final status: its exit code, whether nothing was loaded (``stopped``: parts that all stopped make the
-    whole FAILED), whether any part having it makes the whole have it (``dominant``), and what it means (README
-    "Exit codes")."""
+    whole FAILED), whether any part having it makes the whole have it (``dominant``), whether parts that are
+    SUCCESS or it give it (``success_like``: nothing failed, something was left for the next run) and what it
+    means (README "Exit codes")."""
 
     name: str
     exit_code: int
     stopped: bool
     dominant: bool
     meaning: str
+    success_like: bool = False
 
 
 STATUSES: dict[str, RunStatus] = {s.name: s for s in (
@@ -52,10 +63,13 @@ STATUSES: dict[str, RunStatus] = {s.name: s for s in (
     RunStatus(FAILED, exitcodes.FAILED, True, False, "nothing could be done"),
     RunStatus(CANCELLED, exitcodes.CANCELLED, False, True, "cancelled; a rerun completes it"),
     RunStatus(BUSY, exitcodes.LANE_BUSY, True, False, "not started: another run holds every lane's token"),
+    RunStatus(DEADLINE, exitcodes.DEADLINE, False, False, "stopped at the deadline: what ran is loaded, the rest "
+                                                          "is the next run's", success_like=True),
 )}
 """Every final status of a run, lane, store or task (a run is also RUNNING or INTERRUPTED in the registry)."""
 
 EXIT_CODES = {name: s.exit_code for name, s in STATUSES.items()}
+EXIT_LANE_BUSY = exitcodes.LANE_BUSY
 EXIT_DATABASE = exitcodes.DATABASE_LOST
 
 
@@ -71,7 +85,43 @@ def combine(statuses: Iterable[str], *, cancelled: bool = False) -> str:
         return parts[0]
     if all(s in STATUSES and STATUSES[s].stopped for s in parts):
         return FAILED
+    like = {s for s in parts if s in STATUSES and STATUSES[s].success_like}
+    if len(like) == 1 and all(s == SUCCESS or s in like for s in parts):
+        return like.pop()
     return PARTIAL
+
+
+def task_status(parts: Iterable[str]) -> str:
+    """Status of a task run in parts: FAILED > CANCELLED > PARTIAL > DEADLINE > SUCCESS (the worst part)."""
+    order = (FAILED, CANCELLED, PARTIAL, DEADLINE)
+    found = set(parts)
+    return next((s for s in order if s in found), SUCCESS)
+
+
+def merge_parts(runs: list[TaskRun]) -> TaskRun:
+    """One task's runs of its parts (recent, owed, history) as ONE run, as a task run whole would report it:
+    counters summed, windows in time order, the first part's snapshot note, the owed details that earlier runs
+    left (not those the recent part deferred to the owed part), the worst status (:func:`task_status`). A task
+    skipped in every part is skipped with the first part's reason."""
+    if len(runs) == 1:
+        runs[0].windows = sorted(runs[0].windows)  # a part's windows run newest first; a result lists them in time
+        return runs[0]
+    first = runs[0]
+    result = PipelineResult(status=task_status(r.status for r in runs))
+    for r in runs:
+        result.merge(r.result)
+    ran = [r for r in runs if r.skipped is None]
+    recheck = [r.recheck for r in runs if r.recheck]
+    return TaskRun(
+        first.task_code, first.site_id, first.table, first.detail_table, result,
+        windows=sorted(w for r in runs for w in r.windows), snapshot_note=first.snapshot_note, lane=first.lane,
+        first_load=first.first_load,
+        owed_details=max(0, sum(r.owed_details for r in runs) - sum(r.deferred_details for r in runs)),
+        details_given_up=[p for r in runs for p in r.details_given_up],
+        skipped=None if ran else first.skipped,
+        recheck={"budget": sum(r["budget"] for r in recheck), "used": sum(r["used"] for r in recheck),
+                 "credit": max(float(r.get("credit") or 0.0) for r in recheck)} if recheck else None,
+        schema_drift=[d for r in runs for d in r.schema_drift])
 
 
 @dataclass
@@ -115,6 +165,7 @@ class LaneResult:
     busy: bool = False
     status: str = SUCCESS
     statistics: LaneTotals | None = None
+    deadline: dict[str, Any] | None = None  # the deadline, what the plan said fits, and whether it was reached
 
     def finish(self, cancelled: bool) -> str:
         statuses = [s.finish(cancelled) for s in self.stores]
@@ -135,7 +186,7 @@ class LaneResult:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "status": self.status, "reason": self.reason,
                 "busy": self.busy, "stores": [s.to_dict() for s in self.stores],
-                **(self.statistics.to_dict() if self.statistics is not None else {})}
+                **(self.statistics.to_dict() if self.statistics is not None else {}), "deadline": self.deadline}
 
 
 @dataclass
@@ -183,6 +234,10 @@ class RunResult:
             for store in lane.stores:
                 if store.reason:
                     return f"store {store.site_id}: {store.reason}"
+        if self.status == DEADLINE:
+            reached = [lane for lane in self.lanes if (lane.deadline or {}).get("reached")]
+            return "; ".join(f"lane {lane.name}: deadline {lane.deadline['text']} reached, the rest is left for the "
+                             "next run" for lane in reached) or None
         return "cancelled" if self.status == CANCELLED else None
 
     @property
@@ -206,7 +261,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "connector": self.connector, "status": self.status, "exit_code": self.exit_code,
-            "error": self.error or (self.first_reason() if self.status in (FAILED, BUSY) else None),
+            "error": self.error or (self.first_reason() if self.status in (FAILED, BUSY, DEADLINE) else None),
             "started_at": self.started_at, "finished_at": self.finished_at,
             "lanes": [lane.to_dict() for lane in self.lanes], "tasks": [t.to_dict() for t in self.tasks],
             "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(), "alerts": self.alerts,

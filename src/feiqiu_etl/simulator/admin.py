@@ -6,6 +6,7 @@
 | ``GET /__sim/clock`` | – | ``{"now", "anchor", "marks": [...]}``: the simulator's time and the states it keeps |
 | ``POST /__sim/advance`` | ``{"hours": N}`` | moves the clock N hours (0 < N ≤ 744) and generates that time's trading and edits (``trading``); ``{"from", "now", "hours", "sites": {site: {task: {inserted, updated, volatile_only, deleted}}}}`` |
 | ``POST /__sim/minimum`` | ``{"siteId", "startTime", "endTime", "limit"?}`` | the fewest requests a perfect connector needs for the store over ``[startTime, endTime)`` (``minimum``): ``{"requests", "firstLoad", "tasks": [{task_code, kind, rows, segments, pages, details, volatile_only, requests}]}`` |
+| ``POST /__sim/risk`` | any of ``{"enabled", "gap_standard", "gap_groupbuy", "violations_to_ban", "violation_window", "ban_seconds"}`` | risk control from the next request on (e.g. off while a benchmark seeds its first load, on again for the night it measures); the whole new ``RiskControlConfig`` |
 
 The ``POST`` endpoints change or compute data, so they demand the simulator's own token
 (``Authorization: Bearer <SimulatorConfig.token>``, else ``40101``); a bad body answers ``40001`` (``40002`` for a bad
@@ -17,13 +18,14 @@ What it must never do: answer a ``/__sim/`` path that is not listed (404), or pr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from feiqiu_etl.simulator.config import SimulatorConfig
+from feiqiu_etl.simulator.config import RiskControlConfig, SimulatorConfig
 from feiqiu_etl.simulator.dataset import MAX_ADVANCE_HOURS, Dataset
 from feiqiu_etl.simulator.params import MAX_LIMIT, ApiError, parse_body, parse_site_id
 from feiqiu_etl.simulator.requestlog import RequestLog
+from feiqiu_etl.simulator.risk import RiskController
 from feiqiu_etl.simulator.values import fmt_time, parse_time
 
 PREFIX = "/__sim/"
@@ -42,16 +44,19 @@ class AdminAnswer:
 class Admin:
     """Answers the ``/__sim/`` endpoints (module docstring)."""
 
-    def __init__(self, config: SimulatorConfig, dataset: Dataset, log: RequestLog) -> None:
+    def __init__(self, config: SimulatorConfig, dataset: Dataset, log: RequestLog,
+                 risk: RiskController | None = None) -> None:
         self.config = config
         self.dataset = dataset
         self.log = log
+        self.risk = risk
 
     def handle(self, method: str, path: str, token: str | None, raw: bytes) -> AdminAnswer | None:
         """The answer to ``method path`` with ``raw`` body from a caller holding ``token``; ``None``: no such
         endpoint (404)."""
         route = {("GET", "/__sim/log"): self._log, ("GET", "/__sim/clock"): self._clock,
-                 ("POST", "/__sim/advance"): self._advance, ("POST", "/__sim/minimum"): self._minimum}.get((method, path))
+                 ("POST", "/__sim/advance"): self._advance, ("POST", "/__sim/minimum"): self._minimum,
+                 ("POST", "/__sim/risk"): self._risk}.get((method, path))
         if route is None:
             return None
         if method == "GET":
@@ -81,6 +86,24 @@ class Admin:
             return self.dataset.advance_trading(hours).to_json()
         except ValueError as exc:
             raise ApiError(40001, f"参数错误: {exc}") from None
+
+    def _risk(self, body: dict) -> dict:
+        if self.risk is None:
+            raise ApiError(40001, "参数错误: this simulator has no risk control to change")
+        known = {f.name: f.type for f in fields(RiskControlConfig)}
+        unknown = sorted(set(body) - set(known))
+        if unknown:
+            raise ApiError(40001, f"参数错误: unknown risk-control key {unknown[0]!r}")
+        for key, value in body.items():
+            wanted = bool if key == "enabled" else int if key == "violations_to_ban" else float
+            if isinstance(value, bool) != (wanted is bool) or not isinstance(value, (int, float)):
+                raise ApiError(40001, f"参数错误: {key} must be a {wanted.__name__}")
+        try:
+            config = replace(self.risk.config, **body)
+        except ValueError as exc:
+            raise ApiError(40001, f"参数错误: {exc}") from None
+        self.risk.reconfigure(config)
+        return asdict(config)
 
     def _minimum(self, body: dict) -> dict:
         site_id = parse_site_id(body)

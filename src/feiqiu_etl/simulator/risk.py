@@ -87,6 +87,11 @@ class RiskController:
     def config(self) -> RiskControlConfig:
         return self._config
 
+    def reconfigure(self, config: RiskControlConfig) -> None:
+        """Apply ``config`` from the next request on (the tokens' lanes, violations and bans are kept)."""
+        with self._lock:
+            self._config = config
+
     def gap_for(self, gap_class: GapClass) -> float:
         """G of upstream-api.md §2.2 rule 2 for an endpoint class."""
         return self._config.gap_groupbuy if gap_class is GapClass.GROUPBUY else self._config.gap_standard

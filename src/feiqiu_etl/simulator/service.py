@@ -118,7 +118,7 @@ class Service:
         self._extra: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (config.extra_fields or {}).items()}
         self._extra_lock = threading.Lock()
         self._revoked: dict[str, int] = {}  # token -> requests it may still send before it answers 40101
-        self.admin = Admin(config, dataset, log)
+        self.admin = Admin(config, dataset, log, risk)
 
     def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
         """From now on every list record of ``task_code`` (``"*"``: every task) carries ``name: value``."""

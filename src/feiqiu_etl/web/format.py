@@ -11,7 +11,7 @@ from feiqiu_etl.formats import duration as _duration
 from feiqiu_etl.formats import when
 
 STATUS_CLASSES = {"RUNNING": "running", "SUCCESS": "success", "PARTIAL": "partial", "FAILED": "failed",
-                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted", "BUSY": "busy"}
+                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted", "BUSY": "busy", "DEADLINE": "deadline"}
 
 
 def _missing(value: Any) -> bool:

@@ -104,6 +104,7 @@ class TaskRun:
     skipped: str | None = None
     recheck: dict | None = None
     schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
+    deferred_details: int = 0  # a snapshot's recent part: details recorded as owed for the owed part
 
     @property
     def status(self) -> str:
@@ -115,7 +116,7 @@ class TaskRun:
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
-            "schema_drift": self.schema_drift, **self.result.to_dict(),
+            "schema_drift": self.schema_drift, "deferred_details": self.deferred_details, **self.result.to_dict(),
         }
 
     @classmethod
@@ -207,13 +208,14 @@ class BaseOdsTask:
         slot = ctx.health.slot() if ctx.health is not None else DirectSlot(ctx.dsn, ctx.connect or connect)
         try:
             slot.run(self._record_horizon)
-            pending = slot.run(lambda c: self._pending_details(c, site_id)) if spec.detail else []
+            owes = spec.detail is not None and self.task.phase in ("all", "owed")
+            pending = slot.run(lambda c: self._pending_details(c, site_id)) if owes else []
             rechecks = slot.run(lambda c: self._recheck_candidates(c, site_id, pending)) \
                 if spec.detail and self.task.recheck_budget > 0 else []
             snapshot = SnapshotState() if spec.is_snapshot else None
             writer = OdsWriter(None, spec, layouts, ctx.run_id, self.conv.connector,
                                detail_scope_follows_rows=not spec.is_snapshot,
-                               detail_max_attempts=ctx.detail_max_attempts)
+                               detail_max_attempts=ctx.detail_max_attempts, defer_details=self.task.defers_details)
             writer.owe((site_id, r.context["parent_key"]) for r in pending)
             fields = FieldTracker()
             totals = PageTotals()
@@ -263,7 +265,7 @@ class BaseOdsTask:
                        owed_details=len(pending), details_given_up=list(writer.given_up),
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used,
                                 "credit": self.task.recheck_credit} if spec.detail else None,
-                       schema_drift=drift)
+                       schema_drift=drift, deferred_details=writer.deferred)
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
@@ -343,7 +345,7 @@ class BaseOdsTask:
     def _seeds(self, site_id: int, pending: list[PipelineRequest]) -> Iterator[PipelineRequest]:
         c = self.conv
         base = {c.site_param: site_id, c.page_param: c.first_page, c.limit_param: self.spec.page_size}
-        if self.spec.is_snapshot:
+        if self.spec.is_snapshot and self.task.phase in ("all", "recent"):
             yield self._list_request(base, ("snapshot", self.spec.code, site_id))
         for w in self.task.windows:
             params = {**base, c.start_param: fmt(w.start), c.end_param: fmt(w.end)}
@@ -388,7 +390,8 @@ class BaseOdsTask:
         if scope[0] != "snapshot" or snapshot is None:
             return None
         if self.ctx.cancellation.is_cancelled:
-            reason = "the run was cancelled"
+            reason = "the lane reached its deadline" if self.ctx.cancellation.reason == "deadline" \
+                else "the run was cancelled"
         else:
             reason = ("a page or record failed" if not ok else None) or snapshot.incomplete_reason()
         if reason:

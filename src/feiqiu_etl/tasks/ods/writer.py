@@ -7,7 +7,8 @@ WHERE content_hash IS DISTINCT FROM … OR is_deleted``, which writes only new o
 how many were inserted and updated. Everything else is skipped (not rewritten).
 
 For tasks with Detail_Mode, inserted/updated parents become detail requests (not-yet-requested ids
-only) and are recorded in ``etl_meta.detail_pending`` in the same transaction, so a detail lost to a
+only; with ``defer_details`` none: they are only recorded, for a later part of the run) and are recorded in
+``etl_meta.detail_pending`` in the same transaction, so a detail lost to a
 failure, a cancel or a crash is retried by the next run. A detail that failed counts one attempt there
 (``attempts``, ``last_error``); after ``detail_max_attempts`` it is given up; one the upstream does not
 know (40401) leaves the list. A parent whose change consists only of fields that were not in its stored
@@ -108,6 +109,7 @@ class OdsWriter:
     connector: str
     detail_scope_follows_rows: bool = True
     detail_max_attempts: int = 5
+    defer_details: bool = False
     requested_details: set = field(default_factory=set)
     """(site_id, parent_key) of every detail requested in this run (re-checks included): a re-check skips them."""
     in_flight: set = field(default_factory=set)
@@ -121,6 +123,8 @@ class OdsWriter:
     """List rows of a task with details written so far (the live estimate's base)."""
     details_queued: int = 0
     """Detail requests created for new or changed parents so far."""
+    deferred: int = 0
+    """With ``defer_details``: parents whose detail was only recorded as owed (for a later part of the run)."""
     _statements: dict = field(default_factory=dict, repr=False)
     _maybe_committed: bool = field(default=False, repr=False)   # the batch runs again after a lost connection
 
@@ -148,14 +152,15 @@ class OdsWriter:
 
     def save_state(self) -> tuple:
         """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
-        return set(self.requested_details), set(self.in_flight), set(self.recorded), len(self.given_up)
+        return (set(self.requested_details), set(self.in_flight), set(self.recorded), len(self.given_up),
+                self.deferred)
 
     def restore_state(self, saved: tuple) -> None:
         """Back to ``saved`` before the batch runs again after a lost connection. Its transaction may have been
         committed all the same (the connection was lost after the server committed, before the client heard it):
         then the rows come back unchanged and would ask for no detail, so the batch run again also asks for the
         details its parents still owe in ``etl_meta.detail_pending`` (:meth:`_queue_details`)."""
-        requested, in_flight, recorded, given_up = saved
+        requested, in_flight, recorded, given_up, self.deferred = saved
         # the same set objects stay (a re-check source holds requested_details): update them in place
         for current, old in ((self.requested_details, requested), (self.in_flight, in_flight),
                              (self.recorded, recorded)):
@@ -342,7 +347,10 @@ class OdsWriter:
             if key in self.in_flight:
                 continue
             self.requested_details.add(key)
-            self.in_flight.add(key)
+            self.in_flight.add(key)  # deferred: no request here, and none a second time (a later part fetches it)
+            if self.defer_details:  # owed for a later part of the run (a lane with a deadline: recent data first)
+                self.deferred += 1
+                continue
             self.details_queued += 1
             result.follow_ups.append(request)
         if pending:

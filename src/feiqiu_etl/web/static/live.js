@@ -9,7 +9,7 @@
   var noRuns = document.getElementById("no-runs");
   var feedState = document.getElementById("feed-state");
   var cards = {};          // run_id -> card element
-  var FINAL = { SUCCESS: 1, PARTIAL: 1, FAILED: 1, CANCELLED: 1, INTERRUPTED: 1 };
+  var FINAL = { SUCCESS: 1, PARTIAL: 1, FAILED: 1, CANCELLED: 1, INTERRUPTED: 1, DEADLINE: 1 };
 
   function h(tag, attrs) {
     var el = document.createElement(tag);
@@ -57,7 +57,7 @@
 
   function statusClass(s) {
     return ({ RUNNING: "running", SUCCESS: "success", PARTIAL: "partial", FAILED: "failed",
-              CANCELLED: "cancelled", INTERRUPTED: "interrupted" })[s] || "unknown";
+              CANCELLED: "cancelled", INTERRUPTED: "interrupted", DEADLINE: "deadline" })[s] || "unknown";
   }
 
   function stat(label, field) {
