@@ -6,27 +6,15 @@ cutting a task, table or key name or the age."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime, timedelta, timezone
+
 
 import pytest
 
 from clikit import cli
-from feiqiu_etl.db.connection import connect
-from feiqiu_etl.db.schema import ensure_schemas
+from test_ops_display import _env, conn  # noqa: F401 - the fixture and the environment without COLUMNS
 from webkit import seed_run
-
-
-@pytest.fixture
-def conn(pg_dsn):
-    with connect(pg_dsn) as c:
-        ensure_schemas(c)
-        yield c
-
-
-def _env(**more: str) -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ("DISPLAY_TIMEZONE", "COLUMNS")} | more
 
 
 def _words_whole(text: str, *words: str) -> None:
