@@ -9,7 +9,6 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 
-
 import pytest
 
 from clikit import cli
