@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from datetime import datetime, timedelta
 from typing import Any
 
 from feiqiu_etl.connector.windows import fmt
 from feiqiu_etl.runner.launch import execute_flow
 from feiqiu_etl.plan import RunOptions
+from feiqiu_etl.report import say
 
 DEMO_SETTINGS = {
     "pipeline.rate_min": 0.05,
@@ -57,16 +57,15 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
             unsafe_gaps=True,
         )
         if not quiet:
-            print(f"demo: simulator at {sim.base_url} with risk control on and tiny gaps "
+            say(f"demo: simulator at {sim.base_url} with risk control on and tiny gaps "
                   f"({SIM_GAP_STANDARD} s / {SIM_GAP_GROUPBUY} s); the run uses {DEMO_SETTINGS['pipeline.rate_min']}-"
-                  f"{DEMO_SETTINGS['pipeline.rate_max']} s gaps (--unsafe-gaps on purpose: never against the real API)",
-                  file=sys.stderr)
+                  f"{DEMO_SETTINGS['pipeline.rate_max']} s gaps (--unsafe-gaps on purpose: never against the real API)", err=True)
         args = {"seed": seed, "scale": scale, "days": days, "load_dwd": load_dwd, "simulator": sim.base_url}
         result = execute_flow(options, database_name=DEMO_DATABASE, command="demo", args=args)
-        print(lane_report(sim.request_log()), file=sys.stderr)
+        say(lane_report(sim.request_log()), err=True)
     if not quiet and not dsn:
-        print(f"data: embedded database {DEMO_DATABASE}; look with  feiqiu-etl sql --demo "
-              "\"SELECT count(*) FROM ods.settlement\"", file=sys.stderr)
+        say(f"data: embedded database {DEMO_DATABASE}; look with feiqiu-etl sql --demo "
+            "\"SELECT count(*) FROM ods.settlement\"", err=True)
     return result
 
 

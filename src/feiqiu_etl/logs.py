@@ -178,10 +178,13 @@ def _direct_record(name: str, level: int, message: str) -> logging.LogRecord:
 def progress_line(text: str, console: Any) -> None:
     """A progress line of an unattended run (a finished task, a heartbeat): plain text on ``console``, or, with
     ``--log-format json``, one JSON record (logger ``feiqiu_etl.progress``, level INFO) on the log stream, so
-    that a log shipper reads nothing but JSON. Shown whatever the verbosity, like the text line."""
+    that a log shipper reads nothing but JSON. Shown whatever the verbosity, like the text line. The text line
+    starts with the time as a log record does (``2026-12-01 02:00:03 +08:00 [3/21] …``: a log appended
+    nightly says when)."""
     handler = _HANDLER
     if handler is None or not isinstance(handler.formatter, JsonFormatter):
-        console.print(escape(text), soft_wrap=True, highlight=False, markup=False)
+        stamp = when(datetime.now(timezone.utc))
+        console.print(f"{stamp} {escape(text)}", soft_wrap=True, highlight=False, markup=False)
         return
     handler.emit(_direct_record("feiqiu_etl.progress", logging.INFO, text))
 

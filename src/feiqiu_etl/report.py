@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rich import box
 from rich.console import Console, Group
@@ -51,6 +51,29 @@ def stdout_console() -> Console:
     return probe if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit() else SafeConsole(width=200)
 
 
+def message_console(*, stderr: bool = False) -> Console:
+    """The console of plain messages (:func:`say`): on a terminal, or when ``COLUMNS`` says how wide, it wraps
+    at word boundaries within that width (a terminal would otherwise break the line mid-word); piped without
+    ``COLUMNS`` it never wraps (one message, one line)."""
+    probe = SafeConsole(stderr=stderr)
+    if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return probe
+    return SafeConsole(stderr=stderr, soft_wrap=True)
+
+
+def say(text: str, *, err: bool = False, style: str | None = None) -> None:
+    """Print a plain message (not a table, not a log record, not an error line) to stdout, or stderr with
+    ``err``: escaped for the terminal, wrapped between words (:func:`message_console`), never inside one."""
+    console = message_console(stderr=err)
+    message = Text(escape(text), style=style or "")
+    if console.soft_wrap:
+        console.print(message, highlight=False)
+        return
+    for line in message.wrap(console, console.width, overflow="fold"):
+        line.rstrip()  # no space left at the end of a wrapped line
+        console.print(line, highlight=False, soft_wrap=True)
+
+
 def compact_table() -> Table:
     return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 0))
 
@@ -74,12 +97,11 @@ _LEGEND = {"rows": "rows = list/detail records fetched", "new": "new/chg/same/de
            "details": "details = detail requests answered/failed/skipped", "rl": "rl = rate-limited answers"}
 
 
-def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
+def fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ...], width: int, *,
             left: tuple[str, ...]) -> tuple[Table, list[str]]:
     """A table of ``rows`` (cells by column name) within ``width`` columns: the ``columns`` that fit, leaving
     out those named in ``drops`` one by one, in that order, until it fits (or none is left to drop). Cells are
     never cut; columns named in ``left`` are left-justified, the others right."""
-    probe = SafeConsole(width=1000, file=io.StringIO())
     for drop in (None, *drops):
         columns = [c for c in columns if c != drop]
         table = compact_table()
@@ -87,9 +109,14 @@ def _fitted(rows: list[dict[str, Any]], columns: list[str], drops: tuple[str, ..
             table.add_column(col, no_wrap=True, justify="left" if col in left else "right")
         for row in rows:
             table.add_row(*(row[c] for c in columns))
-        if probe.measure(table).maximum <= width:
+        if fits(table, width):
             break
     return table, columns
+
+
+def fits(table: Table, width: int) -> bool:
+    """Whether ``table`` prints within ``width`` columns without wrapping or cutting a cell."""
+    return SafeConsole(width=1000, file=io.StringIO()).measure(table).maximum <= width
 
 
 def _not_written(t: dict) -> int:
@@ -124,7 +151,7 @@ def _task_table(tasks: list[dict], lanes: list[dict], width: int) -> tuple[Table
                 "s": duration(t["timing"].get("total", 0))}
 
     # least missed first; `show` has them all; task names stay whole: people copy them into --tasks
-    table, columns = _fitted([cells(t) for t in tasks], wanted, ("rl", "details", "lane", "del", "same"), width,
+    table, columns = fitted([cells(t) for t in tasks], wanted, ("rl", "details", "lane", "del", "same"), width,
                              left=("task", "lane", "site", "status"))
     shown = set(columns)
     legend = "; ".join(text for key, text in _LEGEND.items() if key in shown)
@@ -161,14 +188,14 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(legend, style="dim")
     for lane in data.get("lanes", []):
         if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
-            console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), overflow="fold")
+            console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), soft_wrap=True)
         if lane.get("deadline"):
             console.print(Text(deadline_line(lane["name"], lane["deadline"]),
                                style="blue" if lane["deadline"].get("reached") else "dim"), overflow="fold")
         for store in lane.get("stores", []):
             if store.get("reason") and not lane.get("reason"):
                 console.print(Text(f"store {store['site_id']}: {store['status']}: {store['reason']}", style="red"),
-                              overflow="fold")
+                              soft_wrap=True)
     skipped = data.get("skipped_tasks", [])
     if skipped:
         reasons: dict[str, int] = {}
@@ -179,7 +206,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     for t in tasks:
         errors = t["errors"]
         for e in errors[:ERRORS_SHOWN]:
-            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
+            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), soft_wrap=True)
         if len(errors) > ERRORS_SHOWN and more_hint:  # `show` prints the others itself
             console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
                                style="red"))
@@ -210,7 +237,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
         console.print(d)
         for e in dwd.get("errors", []):
             if e.get("table") == "*":
-                console.print(Text(f"DWD: {e['error']}", style="red"), overflow="fold")
+                console.print(Text(f"DWD: {e['error']}", style="red"), soft_wrap=True)
 
 
 def deadline_line(lane: str, deadline: dict) -> str:
@@ -458,6 +485,54 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
                       f"{', full compare' if d['full'] else ''}")
 
 
+def header_zone(values: Iterable[Any]) -> str | None:
+    """The one UTC offset of these times in the display zone, for a column header (``UTC`` for +00:00), so the
+    cells leave it out; None when they have several (each cell then carries its own). Other values are
+    ignored; with no time at all, the display zone's offset now (not ``UTC`` whatever the zone)."""
+    offsets = {utc_offset(in_display_zone(v)) for v in values if isinstance(v, datetime)}
+    if not offsets:
+        offsets = {utc_offset(in_display_zone(datetime.now(timezone.utc)))}
+    return "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
+
+
+def render_freshness(report: dict, console: Console | None = None) -> None:
+    """``freshness``: per store and task how far its data goes and how old it is (``registry/freshness.py``
+    rows), fitted to the terminal like :func:`render_runs`: task names and ages are never cut; stores show by
+    their shortest distinct tail, times without seconds and with the zone in the header; ``kind`` goes if it is
+    still too wide (``--json`` has it all)."""
+    from feiqiu_etl.web.format import age
+
+    console = console or stdout_console()
+    report = escape_tree(report)
+    rows = report["rows"]
+    if not rows:
+        console.print(f"connector {report['connector']}: nothing scheduled has been loaded yet")
+        return
+    fresh = [_aware(r.get("fresh_until")) for r in rows]
+    zone = header_zone(fresh)
+    until = f"fresh until ({zone})" if zone else "fresh until"
+    sites = _short_sites({r["site_id"] for r in rows})
+    cells = [{"store": sites[r["site_id"]], "task": r["task"], "kind": r["kind"] or "never loaded",
+              until: when(f, seconds=False, offset=zone is None),
+              "age": Text(age(r["age_seconds"]), style="red" if r["stale"] else "green"),
+              "owed": str(r["owed_details"] or 0)} for r, f in zip(rows, fresh)]
+    table, _ = fitted(cells, ["store", "task", "kind", until, "age", "owed"], ("kind",), console.width,
+                       left=("store", "task", "kind", until))
+    console.print(table)
+    line = f"{report['stale']} of {len(rows)} older than {report['stale_after_hours']:g} h or never loaded"
+    console.print(Text(line, style="red" if report["stale"] else "green"))
+
+
+def _aware(value: Any) -> Any:
+    """An ISO 8601 text read as a datetime (JSON-shaped rows); anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    return value
+
+
 def render_runs(rows: list[dict], console: Console | None = None) -> None:
     """Runs newest first, start times in the display zone (its offset in the header). Fitted to the terminal:
     run ids and statuses are never cut, and a non-zero rejection or error count is never hidden — an all-zero
@@ -466,10 +541,7 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     console = console or stdout_console()
     rows = escape_tree(rows)
     sites = _short_sites({s for r in rows for s in (r.get("stores") or [])})
-    offsets = {utc_offset(in_display_zone(r["started_at"])) for r in rows if isinstance(r.get("started_at"), datetime)}
-    if not offsets:  # no start to show: the display zone's offset now (not "UTC" whatever the zone)
-        offsets = {utc_offset(in_display_zone(datetime.now(timezone.utc)))}
-    zone = "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
+    zone = header_zone(r.get("started_at") for r in rows)
     started = f"started ({zone})" if zone else "started"
 
     def cells(r: dict, seconds: bool) -> dict[str, Any]:
@@ -489,7 +561,7 @@ def render_runs(rows: list[dict], console: Console | None = None) -> None:
     left = ("run", "status", started, "took", "stores", "tasks")
     for seconds in (True, False):  # the start's seconds go before `took` does
         drops = (*empty, "tasks", "stores", *(() if seconds else ("took",)))
-        t, shown = _fitted([cells(r, seconds) for r in rows], columns, drops, console.width, left=left)
+        t, shown = fitted([cells(r, seconds) for r in rows], columns, drops, console.width, left=left)
         if "took" in shown:
             break
     console.print(t)
@@ -521,7 +593,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
     console.print(f"started {_ts(run.get('started_at'))}, finished {_ts(run.get('finished_at'))}, took "
                   f"{duration(run.get('duration'))}")
     if run.get("error"):
-        console.print(Text(f"error: {run['error']}", style="red"), overflow="fold")
+        console.print(Text(f"error: {run['error']}", style="red"), soft_wrap=True)
     if run.get("cancel_requested_at"):
         console.print(f"cancel requested {_ts(run['cancel_requested_at'])} by {run.get('cancel_requested_by')}")
     if run.get("recorded_late_at"):
@@ -552,7 +624,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
                 console.print(f"{t['task']} {t['site_id']}: windows {w[0][0]} … {w[-1][1]} ({UPSTREAM_ZONE}, the "
                               f"upstream's time; {len(w)} segment(s))", style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
-                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), overflow="fold")
+                console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{_params(e)}", style="red"), soft_wrap=True)
     live = recorded_live(run.get("live"))
     if live is not None:
         console.print(progress_view(live))
@@ -566,7 +638,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
             context = " ".join(str(e[k]) for k in ("lane", "site_id", "task") if e.get(k) is not None)
             console.print(Text(f"{_ts(e['ts'])} {e['level']:<7} {('[' + context + '] ') if context else ''}"
                                f"{e['message']}", style="red" if e["level"] in ("ERROR", "CRITICAL") else
-                               "yellow" if e["level"] == "WARNING" else ""), overflow="fold")
+                               "yellow" if e["level"] == "WARNING" else ""), soft_wrap=True)
 
 
 def render_status(runs: list[dict], console: Console | None = None) -> None:

@@ -125,7 +125,7 @@ def _fleet(tmp_path: Path, site: int, tasks: list[str], env: str = "FQ_TOKEN_SOU
 def test_stale_data_alerts_once_at_the_run_end_and_not_again(pg_dsn, tmp_path):
     site = 8640015201004417
     with Simulator(sim_config(seed=44)) as sim, WebhookReceiver() as hook, SmtpReceiver() as smtp:
-        env = env_for(sim.config.token, FQ_ALERT_HOOK=hook.url, FQ_ALERT_MAIL=smtp.url)
+        env = env_for(sim.config.token, FQ_ALERT_HOOK=hook.url, FQ_ALERT_MAIL=smtp.url, DISPLAY_TIMEZONE="Asia/Shanghai")
         path = _alerts_file(tmp_path, "hook", "mail")
         fleet = _fleet(tmp_path, site, ["ODS_PAYMENT"])
         # the window of the simulator's fixed history ends in March 2024: a successful run of stale data
@@ -139,7 +139,7 @@ def test_stale_data_alerts_once_at_the_run_end_and_not_again(pg_dsn, tmp_path):
     (mail,) = smtp.mails
     assert payload["title"] == "[feiqiu-etl] stale data: 1 store/task(s) older than 26 h" == mail.subject
     assert payload["type"] == "warning"
-    assert f"{site} ODS_PAYMENT: loaded up to 2024-03-04T00:00:00+08:00" in payload["message"]
+    assert f"{site} ODS_PAYMENT: loaded up to 2024-03-04 00:00:00 +08:00 (" in payload["message"]  # formats.when
     assert [a["reasons"] for a in data["alerts"]] == [["STALE"], ["STALE"]]
     assert check.returncode == 8, check.stderr
     report = json.loads(check.stdout)

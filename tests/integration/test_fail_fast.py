@@ -95,7 +95,8 @@ def test_a_failed_ods_is_a_failed_run_even_when_the_dwd_load_after_it_succeeds(p
     out = json.loads(proc.stdout)
     assert proc.returncode == 4 and out["status"] == "FAILED", proc.stderr[-800:]
     assert out["dwd"]["status"] == "SUCCESS" and out["lanes"][0]["status"] == "FAILED"
-    assert out["error"] and out["error"].startswith("store 1: ")  # the reason at the top, not only in lanes[]
+    # the reason at the top, not only in lanes[]: a run none of whose attempts reached a server says so (issue 18)
+    assert out["error"] and out["error"].startswith("lane default: upstream unreachable: ")
 
 
 def test_ctrl_c_during_retries_against_an_unreachable_api_cancels(pg_dsn):

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, DEADLINE, FAILED, INTERRUPTED, PARTIAL, STALE,
                                      STATUS_REASONS, STORE_REFUSED, TEST, TIMEOUT, TOKEN_REFUSED, Finding, ordered,
                                      severity)
+from feiqiu_etl.formats import when
 from feiqiu_etl.textsafe import escape
 
 ERRORS_SHOWN = 5
@@ -52,7 +53,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "stores": "Stores: {stores}",
         "errors": "First errors ({shown} of {total}):",
         "stale": "Stale data (older than {hours:g} h or never loaded):",
-        "stale_row": "{site_id} {task}: loaded up to {until} ({age} h ago)",
+        "stale_row": "{site_id} {task}: loaded up to {until} ({age} ago)",
+        "minutes": "{n} min",
+        "hours": "{n:.1f} h",
         "stale_never": "{site_id} {task}: never loaded",
         "more": "… and {n} more",
         "link": "Details: {url}",
@@ -79,7 +82,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "stores": "门店：{stores}",
         "errors": "最早的错误（{total} 个中的 {shown} 个）：",
         "stale": "过期数据（超过 {hours:g} 小时或从未加载）：",
-        "stale_row": "{site_id} {task}：数据截至 {until}（{age} 小时前）",
+        "stale_row": "{site_id} {task}：数据截至 {until}（{age}前）",
+        "minutes": "{n} 分钟",
+        "hours": "{n:.1f} 小时",
         "stale_never": "{site_id} {task}：从未加载",
         "more": "…… 另有 {n} 项",
         "link": "详情：{url}",
@@ -111,7 +116,7 @@ def run_message(findings: Iterable[Finding], run: dict[str, Any] | None, *, lang
         code = run.get("exit_code")
         lines.append(t["run_line"].format(run_id=run["run_id"], status=status, host=clean(run.get("host") or host),
                                           exit=f" (exit {code})" if code is not None else "",
-                                          finished=run.get("finished_at") or "?"))
+                                          finished=when(run.get("finished_at")) if run.get("finished_at") else "?"))
     if others:
         first = sorted(others, key=lambda f: f.reason not in STATUS_REASONS.values())  # the run's status first
         what = " · ".join(dict.fromkeys(_short(f, t) for f in first))
@@ -137,8 +142,9 @@ def run_message(findings: Iterable[Finding], run: dict[str, Any] | None, *, lang
         for f in stale[:STALE_SHOWN]:
             x = f.facts
             if x.get("fresh_until"):
-                lines.append("- " + t["stale_row"].format(site_id=x["site_id"], task=x["task"], until=x["fresh_until"],
-                                                           age=f"{(x.get('age_seconds') or 0) / 3600:.1f}"))
+                lines.append("- " + t["stale_row"].format(site_id=x["site_id"], task=x["task"],
+                                                           until=when(x["fresh_until"]),
+                                                           age=_age(x.get("age_seconds"), t)))
             else:
                 lines.append("- " + t["stale_never"].format(site_id=x["site_id"], task=x["task"]))
         if len(stale) > STALE_SHOWN:
@@ -147,6 +153,12 @@ def run_message(findings: Iterable[Finding], run: dict[str, Any] | None, *, lang
         url = f"{web_url}/runs/{run['run_id']}" if run is not None else f"{web_url}/freshness"
         lines.append(t["link"].format(url=url))
     return Message(clean(title, 200), "\n".join(lines), severity(reasons), reasons)
+
+
+def _age(seconds: float | None, t: dict[str, str]) -> str:
+    """``12 min`` under an hour, ``26.5 h`` from then on (in the message's language)."""
+    seconds = max(0.0, float(seconds or 0))
+    return t["minutes"].format(n=int(seconds // 60)) if seconds < 3600 else t["hours"].format(n=seconds / 3600)
 
 
 def test_message(target: str, *, language: str = "en", host: str = "") -> Message:

@@ -47,12 +47,14 @@ def config_show(as_json, verbose, log_format, **p) -> None:
         return
     from feiqiu_etl.report import compact_table, stdout_console
 
+    console = stdout_console()
     table = compact_table()
-    for col in ("key", "value", "source"):
-        table.add_column(col, overflow="fold")
+    # keys whole (people copy them into --set); values and sources fold into what is left
+    table.add_column("key", no_wrap=True, min_width=max(len(r["key"]) for r in rows))
+    table.add_column("value", overflow="fold")
+    table.add_column("source", overflow="fold")
     for r in rows:
         table.add_row(r["key"], f"{r['value']} (!)" if r.get("warning") else r["value"], r["source"])
-    console = stdout_console()
     console.print(table)
     for note in notes:
         console.print(f"(!) {note}", style="yellow", overflow="fold", markup=False)

@@ -80,28 +80,9 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
 
 
 def _render(report: dict) -> None:
-    from rich.text import Text
-
-    from feiqiu_etl.report import compact_table, stdout_console
-    from feiqiu_etl.web.format import age, ts
-
-    console = stdout_console()
-    rows = report["rows"]
-    hours = report["stale_after_hours"]
-    if not rows:
-        console.print(f"connector {report['connector']}: nothing scheduled has been loaded yet")
-        return
-    table = compact_table()
-    for col in ("store", "task", "kind", "fresh until", "age", "owed details"):
-        table.add_column(col, no_wrap=True, justify="right" if col in ("age", "owed details") else "left")
-    for r in rows:
-        style = "red" if r["stale"] else "green"
-        table.add_row(str(r["site_id"]), r["task"], r["kind"] or "never loaded", ts(r["fresh_until"]),
-                      Text(age(r["age_seconds"]), style=style), str(r["owed_details"] or 0))
-    console.print(table)
-    line = f"{report['stale']} of {len(rows)} older than {hours:g} h or never loaded"
-    console.print(Text(line, style="red" if report["stale"] else "green"))
     from feiqiu_etl.alerts.record import alert_lines
+    from feiqiu_etl.report import render_freshness, say
 
+    render_freshness(report)
     for text in alert_lines(report.get("alerts") or []):
-        console.print(text)
+        say(text)

@@ -9,7 +9,8 @@ import time
 import click
 import psycopg
 
-from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, setup_logging, warehouse
+from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, setup_logging, \
+    warehouse
 from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl import registry
 from feiqiu_etl.textsafe import escape
@@ -68,8 +69,8 @@ def runs(ctx, limit, status, store, dsn, demo, as_json, verbose, log_format) -> 
         echo_json(rows)
         return
     if not rows and (status or store is not None):  # "no runs recorded yet" would be wrong
-        click.echo(f"no {status.upper() + ' ' if status else ''}runs{f' of store {store}' if store is not None else ''}"
-                   " (feiqiu-etl runs lists them all)")
+        say(f"no {status.upper() + ' ' if status else ''}runs{f' of store {store}' if store is not None else ''}"
+            " (feiqiu-etl runs lists them all)")
         return
     from feiqiu_etl.report import render_runs
 
@@ -96,7 +97,7 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     from feiqiu_etl.alerts.record import alert_lines
 
     for line in alert_lines(run.get("alerts") or []):
-        click.echo(escape(line))
+        say(line)
 
 
 @click.command()
@@ -182,9 +183,9 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
     if as_json:
         echo_json({"run_id": rid, "requested": True, "status": final, "seconds": round(took, 3)})
     elif final == "RUNNING":
-        click.echo(f"cancel requested for run {rid}; it is still finishing (see feiqiu-etl status)")
+        say(f"cancel requested for run {rid}; it is still finishing (see feiqiu-etl status)")
     else:
-        click.echo(f"run {rid}: {final} ({took:.2f} s after the cancel)")
+        say(f"run {rid}: {final} ({took:.2f} s after the cancel)")
 
 
 @click.group(invoke_without_command=True)
@@ -243,4 +244,4 @@ def details_drop(task_code, parents, site_id, drop_all, dsn, demo, verbose, log_
         n = conn.execute(f"DELETE FROM etl_meta.detail_pending WHERE {scope} AND (%s OR parent_key = ANY(%s))",
                          (code, site_id, site_id, drop_all, list(parents))).rowcount
         conn.commit()
-    click.echo(f"dropped {n} owed detail(s) of {code}")
+    say(f"dropped {n} owed detail(s) of {code}")

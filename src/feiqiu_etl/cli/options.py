@@ -311,3 +311,11 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """A plain message to stdout (stderr with ``err``), wrapped between words on a terminal
+    (:func:`feiqiu_etl.report.say`; imported here lazily, as rich is)."""
+    from feiqiu_etl.report import say as print_message
+
+    print_message(text, err=err)

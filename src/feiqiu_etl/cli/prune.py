@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, settings, setup_logging, \
+from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, setup_logging, \
     warehouse
 from feiqiu_etl.runner.launch import UsageFailure
 
@@ -49,12 +49,12 @@ def runs_prune(older_than, records, dsn, demo, as_json, verbose, log_format) -> 
 
     cutoff = when(result.cutoff)
     if not result.runs:
-        click.echo(f"nothing to prune: no finished run ended before {cutoff}")
+        say(f"nothing to prune: no finished run ended before {cutoff}")
         return
     what = (f"deleted {result.records} run record(s)" if records
             else f"pruned the log and request timeline of {result.runs} run(s)")
-    click.echo(f"{what} that ended before {cutoff}: {result.log_rows} log row(s), {result.request_rows} "
-               f"request row(s){f', {result.alert_rows} alert row(s)' if records else ''} deleted; ODS/DWD "
-               f"data untouched ({result.seconds:.2f} s)")
+    say(f"{what} that ended before {cutoff}: {result.log_rows} log row(s), {result.request_rows} "
+        f"request row(s){f', {result.alert_rows} alert row(s)' if records else ''} deleted; ODS/DWD "
+        f"data untouched ({result.seconds:.2f} s)")
     if not result.complete:
-        click.echo(f"stopped after {PRUNE_BUDGET:.0f} s: run it again to prune the rest")
+        say(f"stopped after {PRUNE_BUDGET:.0f} s: run it again to prune the rest")

@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from feiqiu_etl import exitcodes
-from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, settings, setup_logging, warehouse
+from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, \
+    setup_logging, warehouse
 from feiqiu_etl.registry import state as bookkeeping
 from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.formats import UPSTREAM_ZONE, when
@@ -138,36 +139,50 @@ def _ranges(items: list[dict[str, datetime]]):
 
 
 def _render(data: dict[str, Any]) -> None:
-    """One table per store (fits 80 columns: the high-water mark is the end of the last finished range, the
-    task's kind shows as its snapshot column), then the DWD watermarks and the latest resets."""
-    from rich.table import Table
+    """One table per store, then the DWD watermarks and the latest resets, fitted to the terminal like ``runs``
+    (:func:`feiqiu_etl.report.fitted`): task and table names are never cut; a window range stays on one line;
+    the high-water mark is the end of the last finished range; ``horizon/snapshot`` is a windowed task's horizon
+    or a snapshot task's last snapshot; ``holes`` only when some task has one. When a store's table is still
+    too wide, each task is a block of lines instead."""
+    from feiqiu_etl.report import fits, fitted, header_zone, stdout_console
 
-    from feiqiu_etl.report import SafeConsole
-
-    console = SafeConsole()
+    console = stdout_console()
     if not data["tasks"] and not data["dwd"]:
         console.print("no state recorded yet (a run records it)")
         return
+    upstream = header_zone(t["snapshot_at"] for t in data["tasks"]) == "+08:00"  # snapshots as the windows: no offset
+    head = "horizon/snapshot"
     for site in sorted({t["site_id"] for t in data["tasks"]}):
-        table = Table(title=f"store {site} ({WINDOW_ZONE})", title_justify="left")
-        for col in ("task", "finished", "holes", "horizon", "snapshot", "owed"):
-            table.add_column(col, justify="right" if col == "owed" else "left")
-        for t in (t for t in data["tasks"] if t["site_id"] == site):
-            snapshot = "(windowed)" if t["kind"] == "windowed" else when(t["snapshot_at"], seconds=False)
-            table.add_row(t["task"], _ranges(t["finished"]), _ranges(t["holes"]), _day(t["horizon"]), snapshot,
-                          str(t["owed_details"]))
-        console.print(table)
+        tasks = [t for t in data["tasks"] if t["site_id"] == site]
+        rows = [{"task": t["task"], "finished": _ranges(t["finished"]), "holes": _ranges(t["holes"]),
+                 head: _day(t["horizon"]) if t["kind"] == "windowed" else
+                 when(t["snapshot_at"], seconds=False, offset=not upstream),
+                 "owed": str(t["owed_details"])} for t in tasks]
+        columns = ["task", "finished", *(["holes"] if any(t["holes"] for t in tasks) else []), head, "owed"]
+        table, _ = fitted(rows, columns, (), console.width, left=("task", "finished", "holes", head))
+        console.print(f"store {site} ({WINDOW_ZONE})", style="bold")
+        if fits(table, console.width):
+            console.print(table)
+            continue
+        for row in rows:  # too wide: one block per task, every value whole
+            console.print(f"{row['task']}  {head} {row[head]}  owed {row['owed']}")
+            for col in ("finished", "holes"):
+                if col in columns:
+                    for n, line in enumerate(row[col].plain.splitlines()):
+                        console.print(f"  {col if n == 0 else '':<9} {line}")
     if data["dwd"]:
-        table = Table(title="DWD watermarks (rows changed after them load next)", title_justify="left")
-        for col in ("table", "watermark", "run", "updated"):
-            table.add_column(col)
-        for w in data["dwd"]:
-            table.add_row(w["table"], when(w["watermark"]), w.get("run_id") or "-", when(w.get("updated_at")))
+        zone = header_zone([*(w["watermark"] for w in data["dwd"]), *(w.get("updated_at") for w in data["dwd"])])
+        stamp = lambda v: when(v, seconds=False, offset=zone is None)  # noqa: E731
+        cols = [f"watermark ({zone})" if zone else "watermark", "run", "updated"]
+        rows = [{"table": w["table"], cols[0]: stamp(w["watermark"]), "run": w.get("run_id") or "-",
+                 "updated": stamp(w.get("updated_at"))} for w in data["dwd"]]
+        table, _ = fitted(rows, ["table", *cols], ("updated", "run"), console.width, left=("table", *cols))
+        console.print("DWD watermarks (rows changed after them load next)", style="bold")
         console.print(table)
     for r in data["resets"][:5]:
         span = f"{_day(r['range_start'])} → {_day(r['range_end'])}" if r["range_start"] or r["range_end"] else "all"
-        console.print(f"reset #{r['id']} at {when(r['reset_at'])} by {r['os_user']}@{r['host']}: store {r['site_id']} "
-                      f"{r['task']} ({span}){' + DWD watermarks' if r['dwd'] else ''}")
+        say(f"reset #{r['id']} at {when(r['reset_at'])} by {r['os_user']}@{r['host']}: store {r['site_id']} "
+            f"{r['task']} ({span}){' + DWD watermarks' if r['dwd'] else ''}")
 
 
 # --------------------------------------------------------------------------------------------------- reset
@@ -212,7 +227,7 @@ def reset(store_text, task_code, first, last, dwd, yes, connector_path, dsn, dem
         _known_store(conn, connector, site_id)
         _check_free(conn, site_id)
         if not yes:
-            click.echo(_describe(scope, bookkeeping.segments_in(conn, scope)), err=True)
+            say(_describe(scope, bookkeeping.segments_in(conn, scope)), err=True)
             if not click.confirm("Reset?", default=False, err=True):
                 raise UsageFailure("not confirmed: nothing reset")
         try:
@@ -222,7 +237,7 @@ def reset(store_text, task_code, first, last, dwd, yes, connector_path, dsn, dem
     if as_json:
         echo_json({"store": site_id, "task": spec.code, "from": first, "to": last, **outcome.to_dict()})
         return
-    click.echo(escape(_done(scope, outcome)))
+    say(_done(scope, outcome))
 
 
 def _check_free(conn, site_id: int) -> None:
