@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator
 
 from rich import box
@@ -488,8 +488,10 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
 def header_zone(values: Iterable[Any]) -> str | None:
     """The one UTC offset of these times in the display zone, for a column header (``UTC`` for +00:00), so the
     cells leave it out; None when they have several (each cell then carries its own). Other values are
-    ignored."""
+    ignored; with no time at all, the display zone's offset now (not ``UTC`` whatever the zone)."""
     offsets = {utc_offset(in_display_zone(v)) for v in values if isinstance(v, datetime)}
+    if not offsets:
+        offsets = {utc_offset(in_display_zone(datetime.now(timezone.utc)))}
     return "UTC" if offsets <= {"+00:00"} else offsets.pop() if len(offsets) == 1 else None
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import signal
 import time
 
-import psutil
+import httpx
 import psycopg
 import pytest
 
 from clikit import cli_json, env_for, finish, run_args, signal_twice, start, wait_for
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.simulator import Simulator
+from freezekit import Freezer
+from webkit import WebServer
 from flowkit import CONNECTOR, expected_detail_rows, expected_rows, ods_rows, sim_config
 
 LIMIT = 5
@@ -37,43 +39,14 @@ def dsn(private_pg, request):
     return private_pg.dsn(name)
 
 
-class Freezer:
-    """SIGSTOP/SIGCONT of a server's postmaster and all its children (thawed on exit, whatever happens)."""
-
-    def __init__(self, server):
-        self.postmaster = psutil.Process(server.statistics().pid)
-        self.frozen: list[psutil.Process] = []
-        self.at: float | None = None
-
-    def freeze(self) -> None:
-        self.frozen = [self.postmaster, *self.postmaster.children(recursive=True)]
-        for proc in self.frozen:
-            proc.send_signal(signal.SIGSTOP)
-        self.at = time.monotonic()
-
-    def thaw(self) -> None:
-        for proc in self.frozen:
-            try:
-                proc.send_signal(signal.SIGCONT)
-            except psutil.NoSuchProcess:
-                pass
-        self.frozen = []
-
-    def __enter__(self) -> "Freezer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.thaw()
+def _run(sim, dsn: str, *extra: str, bounds: dict = BOUNDS):
+    return run_args(sim, dsn, *extra, settings=bounds, gaps=(0.05, 0.06))
 
 
-def _run(sim, dsn: str, *extra: str):
-    return run_args(sim, dsn, *extra, settings=BOUNDS, gaps=(0.05, 0.06))
-
-
-def _frozen_run(sim, dsn: str, env: dict, freezer: Freezer):
+def _frozen_run(sim, dsn: str, env: dict, freezer: Freezer, bounds: dict = BOUNDS):
     """A run started, and its database frozen after 20 more requests (~2 s into it)."""
     before = len(sim.request_log())
-    proc = start(_run(sim, dsn), env)
+    proc = start(_run(sim, dsn, bounds=bounds), env)
     wait_for(lambda: len(sim.request_log()) >= before + 20, timeout=60, what="the run's requests")
     freezer.freeze()
     return proc
@@ -137,6 +110,24 @@ def test_sigterm_while_the_database_is_frozen_ends_the_run_within_5_s_and_a_seco
     print(f"SIGTERM during the freeze: exit {code} after {took:.2f} s; a second signal: exit 130 after {took2:.2f} s")
 
 
+def test_sigterm_during_the_freeze_ends_the_run_within_5_s_with_the_default_connect_timeout_and_retention(
+        private_pg, dsn, fresh_home):
+    """The end-of-run work (retention, the alerts' history) waits for no frozen database after a signal: the
+    default ``db.connect_timeout`` (10 s) and ``run.retention_days`` set change nothing."""
+    bounds = {"db.unavailable_limit": LIMIT, "run.retention_days": 30}
+    with Simulator(sim_config(seed=96)) as sim, Freezer(private_pg) as freezer:
+        env = env_for(sim.config.token, FEIQIU_ETL_HOME=str(fresh_home))
+        proc = _frozen_run(sim, dsn, env, freezer, bounds)
+        time.sleep(1.0)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, data, err = finish(proc, timeout=60)
+        took = time.monotonic() - signalled
+    assert code == 5 and took < 5.0, (code, took, err[-6000:])
+    assert data["status"] == "CANCELLED" and "Traceback" not in err
+    print(f"SIGTERM during the freeze (db.connect_timeout 10 s, retention on): exit {code} after {took:.2f} s")
+
+
 def test_a_database_that_freezes_while_the_run_starts_ends_it_exit_7_with_its_json(private_pg, dsn, fresh_home):
     """The run waits for the DDL lock (held here) when the server freezes: it is in its start-up, planning."""
     with Simulator(sim_config(seed=93)) as sim, Freezer(private_pg) as freezer:
@@ -160,3 +151,26 @@ def test_a_database_that_freezes_while_the_run_starts_ends_it_exit_7_with_its_js
         record = _recorded(dsn, env, data["run_id"])
         assert record["status"] == "FAILED" and record["recorded_late_at"]
     print(f"frozen during start-up: exit 7 after {took:.1f} s (limit {LIMIT} s)")
+
+
+def test_metrics_and_pages_answer_503_within_6_s_while_the_database_is_frozen_and_work_again_after(private_pg, dsn):
+    """``/metrics`` and the web's other reads are bounded client-side (the server-side ``statement_timeout`` never
+    fires on a frozen server): 503 within ``read_timeout`` (5 s) + 1, and the next scrape after the thaw works."""
+    with WebServer(dsn) as web, Freezer(private_pg) as freezer:
+        assert httpx.get(web.url + "/metrics", timeout=10).status_code == 200
+        freezer.freeze()
+        took = {}
+        for path in ("/metrics", "/api/runs", "/metrics"):
+            began = time.monotonic()
+            answer = httpx.get(web.url + path, timeout=60)
+            took.setdefault(path, []).append(time.monotonic() - began)
+            assert answer.status_code == 503 and took[path][-1] < 6.5, (path, answer.status_code, took)
+        freezer.thaw()
+        began = time.monotonic()
+        answer = httpx.get(web.url + "/metrics", timeout=30)
+        after = time.monotonic() - began
+        assert answer.status_code == 200 and "feiqiu_etl_runs" in answer.text and after < 5, (after, answer.text[:500])
+        lines = "".join(web.lines)
+    assert "Traceback" not in lines, lines[-3000:]
+    print(f"frozen database: /metrics 503 after {took['/metrics'][0]:.1f} s, again {took['/metrics'][1]:.1f} s, "
+          f"/api/runs 503 after {took['/api/runs'][0]:.1f} s; after the thaw 200 in {after:.2f} s")

@@ -194,6 +194,8 @@ BAD_RESET = [
     (["--store", "{site}", "--task", "ODS_PAYMENT", "--from", "2024-02-30", "--yes"], "--from: expected a date"),
     (["--store", "{site}", "--task", "ODS_MEMBER", "--to", "2024-03-01", "--yes"], "snapshot task"),
     (["--store", "{site}", "--task", "ODS_PAYMENT"], "pass --yes"),  # no terminal to confirm on
+    (["--store", "{site}", "--task", "ODS_PAYMENT", "--to", "9999-12-31", "--yes"],
+     "--to: 9999-12-31 is after 2099-12-31"),  # was OverflowError, exit 1
 ]
 BAD_BACKFILL = [
     (["--backfill", "--from", "2024-03-02", "--to", "2024-03-01"], "--from 2024-03-02 is after --to 2024-03-01"),
@@ -202,6 +204,7 @@ BAD_BACKFILL = [
     (["--from", "2024-03-01", "--to", "2024-03-02"], "go with --backfill"),
     (["--backfill", "--from", "2024-03-01", "--to", "2024-03-02", "--tasks", "ODS_MEMBER"], "none of the selected"),
     (["--backfill", "--from", "2024-03-01", "--to", "2024-03-02", "--tasks", "ODS_NOPE"], "unknown task"),
+    (["--backfill", "--from", "2024-03-01", "--to", "9999-12-31"], "--to: 9999-12-31 is after 2099-12-31"),
 ]
 
 

@@ -26,11 +26,21 @@ def test_days_are_whole_and_the_last_is_included():
     ("2023-02-29", None, "--from: expected a date YYYY-MM-DD, got '2023-02-29'"),
     (None, "2024-03-01 12:00:00", "--to: expected a date"),
     ("1999-12-31", None, "--from: 1999-12-31 is before 2000-01-01"),
+    ("2024-03-01", "9999-12-31", "--to: 9999-12-31 is after 2099-12-31"),  # + 1 day overflowed (OverflowError)
+    ("9999-12-31", None, "--from: 9999-12-31 is after 2099-12-31"),
 ])
 def test_bad_days_are_one_line_naming_the_flag(first, last, message):
     with pytest.raises(ValueError) as caught:
         day_range(first, last)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_last_day_allowed_is_a_window_and_a_far_future_backfill_is_a_config_error():
+    assert day_range("2099-12-31", "2099-12-31") == (datetime(2099, 12, 31), datetime(2100, 1, 1))
+    options = RunOptions(token="t", api_base="http://127.0.0.1:1", site_ids=[1], backfill=True,
+                         backfill_from="2024-03-01", backfill_to="9999-12-31", load_dwd=False, environ={})
+    with pytest.raises(ConfigError, match="--to: 9999-12-31 is after 2099-12-31"):
+        prepare(options)
 
 
 def test_backfill_is_an_explicit_window_of_the_windowed_tasks_only():

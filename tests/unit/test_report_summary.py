@@ -102,3 +102,36 @@ def test_the_runs_table_fits_80_columns_with_whole_run_ids():
     text = out.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines()) and "…" not in text.replace("…441", ""), text
     assert all(r["run_id"] in text for r in rows) and "INTERRUPTED" in text and "71,234" in text
+
+
+def _runs_text(rows: list[dict], zone: str) -> str:
+    from feiqiu_etl.formats import use_display_zone
+    from feiqiu_etl.report import render_runs
+
+    out = io.StringIO()
+    use_display_zone(zone)
+    try:
+        render_runs(rows, Console(width=120, file=out, color_system=None))
+    finally:
+        use_display_zone("local")
+    return out.getvalue()
+
+
+def test_an_empty_runs_table_names_the_display_zones_offset_not_utc():
+    text = _runs_text([], "Asia/Shanghai")
+    assert "started (+08:00)" in text and "(UTC)" not in text and "no runs recorded yet" in text, text
+    assert "started (UTC)" in _runs_text([], "UTC")
+
+
+def test_runs_in_winter_and_summer_of_a_dst_zone_show_their_own_offsets():
+    from datetime import datetime, timezone
+
+    rows = [{"run_id": f"20260{m}01T120000Z-0000000{m}", "status": "SUCCESS", "duration": 5.0,
+             "started_at": datetime(2026, m, 1, 12, 0, tzinfo=timezone.utc), "stores": [1], "tasks": ["ODS_MEMBER"]}
+            for m in (7, 1)]
+    text = _runs_text(rows, "America/New_York")
+    header = text.splitlines()[0]
+    assert "started" in header and "(" not in header, text  # no one offset for both
+    july = next(line for line in text.splitlines() if "00000007" in line)
+    january = next(line for line in text.splitlines() if "00000001" in line)
+    assert "07-01 08:00:00 -04:00" in july and "01-01 07:00:00 -05:00" in january, text

@@ -17,7 +17,8 @@ def test_durations(text, expected):
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["90", "ninety days", "0d", "-5d", "12x", "", "d", "1d2h", "1e3d", "9999999d"])
+@pytest.mark.parametrize("text", ["90", "ninety days", "0d", "-5d", "12x", "", "d", "1d2h", "1e3d", "9999999d",
+                                  "\uff19\uff10d", "\u0669\u0660d"])  # full-width 90d, Arabic-Indic 90d: ASCII only
 def test_bad_durations_say_why_in_one_line(text):
     with pytest.raises(ValueError) as err:
         parse_duration(text)

@@ -48,16 +48,19 @@ def warm_up(config: AlertConfig | None = None) -> None:
 
 
 def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psycopg.Connection] | None = None,
-              config: AlertConfig | None = None) -> list[dict[str, Any]]:
+              config: AlertConfig | None = None, read_history: bool = True) -> list[dict[str, Any]]:
     """Evaluate and send the alerts about a finished run (``summary``: ``RunResult.to_dict()``, already
     recorded): its status and reasons, each store's streak of failed runs, and the freshness of every
-    (store, task) it planned. Returns the deliveries for ``run --json`` (``alerts``)."""
+    (store, task) it planned. Returns the deliveries for ``run --json`` (``alerts``). ``read_history`` False
+    (the database is away, or a signal ended the run): no connection at all, the run's own reasons are sent."""
     cfg = config if config is not None else active()
     if cfg is None:
         return []
     since = time.monotonic()  # the bound covers reading the history too
     findings = rules.run_findings(summary, cfg.rules)
     conn = None
+    if not read_history:
+        return dispatch(None, cfg, findings, summary, summary["run_id"], since=since)
     try:
         conn = _open(dsn, connect)
         findings += _streaks(conn, summary["run_id"], _stores(summary), cfg)

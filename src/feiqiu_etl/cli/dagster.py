@@ -107,9 +107,10 @@ def dev(fleet_path, port, home, dsn, verbose, log_format) -> None:
     folder = dagster_home(home)
 
     def prepare(superuser_dsn: str) -> None:
-        create_database(superuser_dsn, DAGSTER_DATABASE)
+        create_database(superuser_dsn, DAGSTER_DATABASE, connect_timeout=config.db.connect_timeout)
 
-    with database(None, DAGSTER_DATABASE if warehouse else DEFAULT_DATABASE, prepare=prepare) as embedded:
+    with database(None, DAGSTER_DATABASE if warehouse else DEFAULT_DATABASE, prepare=prepare,
+                  connect_timeout=config.db.connect_timeout) as embedded:
         warehouse = warehouse or embedded
         check_database(warehouse, None, config.db.connect_timeout)
         text = instance_yaml(InstanceSettings(storage_url=storage_url(make_conninfo(embedded,

@@ -269,16 +269,20 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
     from feiqiu_etl.alerts import sweep_and_alert
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+    from feiqiu_etl.db.health import DatabaseWatchdog
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.demo import DEMO_DATABASE
 
     config = settings({"db_dsn": dsn})
     dsn = None if demo else reveal(config.db_dsn)
     timeout, stale = config.db.connect_timeout, config.run.stale_after
-    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, connect_timeout=timeout) as real_dsn:
         check_database(real_dsn, None, timeout)
+        connect = connector_for(timeout)
+        # A server that stops answering for db.connect_timeout s (frozen) drops the connection: one line, exit 2.
+        watchdog = DatabaseWatchdog(timeout, name="command-db-watchdog", probe=lambda: connect(real_dsn))
         try:
-            with connector_for(timeout)(real_dsn) as conn:
+            with connect(real_dsn) as conn, watchdog.track(conn, "command"):
                 ensure_schemas(conn)
                 sweep_and_alert(conn, stale)
                 yield conn
@@ -286,6 +290,8 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
             from feiqiu_etl.db.connection import scrub
 
             raise UsageFailure(f"database error: {scrub(one_line(exc, None, with_type=False), real_dsn)}") from None
+        finally:
+            watchdog.stop()
 
 
 def echo_json(data) -> None:

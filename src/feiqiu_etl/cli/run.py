@@ -52,7 +52,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
 
     inputs = prepare_inputs(to_run_options(p))
     timeout = inputs.settings.db.connect_timeout
-    with database(reveal(inputs.settings.db_dsn)) as dsn:
+    with database(reveal(inputs.settings.db_dsn), connect_timeout=timeout) as dsn:
         check_database(dsn, None, timeout)
         with connector_for(timeout)(dsn) as conn:
             result = plan_run(inputs, conn)

@@ -54,12 +54,13 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     dsn, timeout = None if demo else reveal(config.db_dsn), config.sql.timeout
 
     def prepare(superuser_dsn: str) -> None:  # a fresh home has no etl_meta yet: the documented queries must work
-        with connect(superuser_dsn) as conn:
+        with connect(superuser_dsn, connect_timeout=config.db.connect_timeout) as conn:
             ensure_schemas(conn)
 
-    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare) as real_dsn:
+    with database(dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE, reader=True, prepare=prepare,
+                  connect_timeout=config.db.connect_timeout) as real_dsn:
         try:
-            with connect(real_dsn, **KEEPALIVE) as conn:
+            with connect(real_dsn, connect_timeout=config.db.connect_timeout, **KEEPALIVE) as conn:
                 problem = role_problem(conn)
                 if problem:
                     raise UsageFailure(problem)

@@ -81,7 +81,8 @@ def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector
     from feiqiu_etl.web import WebSettings, create_app
 
     token, dsn = reveal(config.web_token), reveal(config.db_dsn)
-    with database(None if demo else dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE) as real_dsn:
+    with database(None if demo else dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE,
+                  connect_timeout=config.db.connect_timeout) as real_dsn:
         with warehouse(real_dsn):  # reachable, schemas up to date, vanished runs INTERRUPTED
             pass
         settings = WebSettings(

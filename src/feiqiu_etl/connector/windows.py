@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 SHANGHAI = timezone(timedelta(hours=8), "Asia/Shanghai")
 API_FORMAT = "%Y-%m-%d %H:%M:%S"
 EARLIEST_WINDOW = datetime(2000, 1, 1)  # explicit windows start after this (guards against typos like 0024)
+LATEST_DAY = datetime(2099, 12, 31)  # and --from/--to days end by this one (typos like 9024; 9999-12-31 + 1 day)
 
 
 @dataclass(frozen=True, order=True)
@@ -177,7 +178,7 @@ def day_range(first: str | None, last: str | None) -> tuple[datetime | None, dat
     """``--from DATE`` / ``--to DATE`` (``YYYY-MM-DD``, whole days in the source's zone, ``last`` inclusive) as
     the half-open ``[first 00:00, last + 1 day 00:00)`` of naive Shanghai-local datetimes; an end not given is
     None (open). Raises ``ValueError`` with one line naming the flag: not a date, before
-    :data:`EARLIEST_WINDOW`, or ``first`` after ``last`` (state reset and ``run --backfill``, issue 18)."""
+    :data:`EARLIEST_WINDOW` or after :data:`LATEST_DAY`, or ``first`` after ``last`` (state reset and ``run --backfill``, issue 18)."""
     days: list[datetime | None] = []
     for flag, text in (("--from", first), ("--to", last)):
         if text is None:
@@ -189,6 +190,8 @@ def day_range(first: str | None, last: str | None) -> tuple[datetime | None, dat
             raise ValueError(f"{flag}: expected a date YYYY-MM-DD, got {text!r}") from None
         if day < EARLIEST_WINDOW:
             raise ValueError(f"{flag}: {text.strip()} is before {EARLIEST_WINDOW:%Y-%m-%d}")
+        if day > LATEST_DAY:
+            raise ValueError(f"{flag}: {text.strip()} is after {LATEST_DAY:%Y-%m-%d}")
         days.append(day)
     start, end = days
     if start is not None and end is not None and start > end:

@@ -49,6 +49,8 @@ from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 log = logging.getLogger("feiqiu_etl.run")
 
 SAMPLE_EVERY = 0.5
+END_CONNECT_TIMEOUT = 2.0
+"""Seconds the end-of-run database work (the alerts' history, retention) may wait for a connection."""
 """Seconds between the run's samples of the rows written (rows/s, the timeline's series)."""
 
 
@@ -179,12 +181,20 @@ class FlowRunner:
             self.health.close()
         from feiqiu_etl.alerts import after_run  # bounded by alerts.timeout_seconds; never raises
 
-        self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._connect)
-        if not self.result.database_lost:
+        # End-of-run database work waits for no database that is away and connects within END_CONNECT_TIMEOUT s;
+        # retention, optional, is skipped after a signal too (the run must end within seconds).
+        answering = not self.result.database_lost and self.health.answering
+        self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._end_connect,
+                                       read_history=answering)
+        if answering and not (self.cancellation.is_cancelled and self.cancellation.reason == "signal"):
             from feiqiu_etl.registry.retention import prune_after_run  # bounded; never raises
 
-            prune_after_run(self.dsn, plan.retention_days, connect=self._connect)
+            prune_after_run(self.dsn, plan.retention_days, connect=self._end_connect)
         return self.result
+
+    def _end_connect(self, dsn: str) -> psycopg.Connection:
+        """A connection for optional end-of-run work: within :data:`END_CONNECT_TIMEOUT` s, the run's limits."""
+        return db_connect(dsn, connect_timeout=END_CONNECT_TIMEOUT, limits=self.plan.db)
 
     def _start_record(self, conn: psycopg.Connection) -> None:
         plan = self.plan

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
@@ -23,7 +24,7 @@ import psycopg
 
 from feiqiu_etl.config import ConfigError
 from feiqiu_etl.config.settings import reveal
-from feiqiu_etl.db.connection import DbLimits
+from feiqiu_etl.db.connection import DEFAULT_CONNECT_TIMEOUT, DbLimits
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE
 from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.errortext import one_line
@@ -105,11 +106,14 @@ def signals_cancel(cancellation: CancellationToken) -> Iterator[None]:
 
 @contextlib.contextmanager
 def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = False,
-             prepare: Callable[[str], None] | None = None) -> Iterator[str]:
+             prepare: Callable[[str], None] | None = None, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+             cancellation: CancellationToken | None = None) -> Iterator[str]:
     """``--dsn`` / ``ETL_DB_DSN`` if given, else database ``name`` on an embedded server started here and
     stopped at exit (also on a hard abort): as its superuser, or with ``reader`` as its read-only role
     ``feiqiu_reader``; ``prepare(superuser_dsn)`` runs first on the embedded server only. A server that
-    cannot be prepared or started is a ``UsageFailure`` (one line, exit 2)."""
+    cannot be prepared or started is a ``UsageFailure`` (one line, exit 2) — also one that is running but does
+    not answer (frozen): its preparation is given ``connect_timeout`` + :data:`PREPARE_GRACE` s in all; a cancel
+    of ``cancellation`` meanwhile ends it at once (:class:`CancelledEarly`, exit 5)."""
     if dsn:
         yield dsn
         return
@@ -121,12 +125,19 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
         raise UsageFailure(str(exc)) from None
     try:
         with on_hard_abort(server.abandon), _reviving(server):
-            try:
-                real_dsn = server.ensure_database(name)
+            def prepared() -> str:
+                real_dsn = server.ensure_database(name, connect_timeout=connect_timeout)
                 if prepare is not None:
                     prepare(real_dsn)
-                if reader:
-                    real_dsn = server.reader_dsn(name)
+                return server.reader_dsn(name, connect_timeout=connect_timeout) if reader else real_dsn
+
+            try:
+                real_dsn = bounded(prepared, connect_timeout + PREPARE_GRACE, cancellation,
+                                   "cancelled while starting PostgreSQL; nothing was run")
+            except TimeoutError:
+                raise UsageFailure(f"embedded PostgreSQL is running but does not answer "
+                                   f"(not within {connect_timeout + PREPARE_GRACE:g} s): is it stopped "
+                                   f"(SIGSTOP) or overloaded?") from None
             except EmbeddedServerError as exc:
                 raise UsageFailure(str(exc)) from None
             except psycopg.Error as exc:
@@ -134,6 +145,38 @@ def database(dsn: str | None, name: str = DEFAULT_DATABASE, *, reader: bool = Fa
             yield real_dsn
     finally:
         server.stop()
+
+
+PREPARE_GRACE = 3.0
+"""Seconds the embedded database's preparation (create the database, the reader role) may take beyond one
+connect timeout before the server counts as not answering."""
+
+
+def bounded(work: Callable[[], Any], limit: float, cancellation: CancellationToken | None, cancelled: str) -> Any:
+    """``work()`` in a daemon thread, waited for at most ``limit`` s: its result, or its exception re-raised;
+    ``TimeoutError`` when it is still busy then (a server that stopped answering: the thread is left behind,
+    bounded by its own connect timeout), :class:`CancelledEarly` (``cancelled``) as soon as ``cancellation``
+    is cancelled. The waiting thread (the main one) stays free for signals."""
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the waiting thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=attempt, name="db-bounded", daemon=True)
+    worker.start()
+    end = time.monotonic() + limit
+    while worker.is_alive():
+        worker.join(0.1)
+        if cancellation is not None and cancellation.is_cancelled and worker.is_alive():
+            raise CancelledEarly(cancelled)
+        if worker.is_alive() and time.monotonic() >= end:
+            raise TimeoutError(f"not done within {limit:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 _REVIVE: list[Any] = []  # embedded servers this process started, while their commands run
@@ -171,26 +214,20 @@ def check_database(dsn: str, cancellation: CancellationToken | None = None, time
     database is a one-line error (exit 2); a cancel while connecting ends the command (exit 5)."""
     from feiqiu_etl.db.connection import connect, redact_dsn, scrub
 
-    outcome: dict[str, Any] = {}
+    def attempt() -> int:
+        with connect(dsn, connect_timeout=timeout) as conn:
+            return conn.info.server_version
 
-    def attempt() -> None:
-        try:
-            with connect(dsn, connect_timeout=timeout) as conn:
-                outcome["version"] = conn.info.server_version
-        except BaseException as exc:  # noqa: BLE001 - reported by the waiting thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=attempt, name="db-check", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.1)
-        if cancellation is not None and cancellation.is_cancelled and worker.is_alive():
-            raise CancelledEarly("cancelled while connecting to PostgreSQL; nothing was run")
-    error = outcome.get("error")
-    if error is not None:
+    try:
+        version = bounded(attempt, timeout + PREPARE_GRACE, cancellation,
+                          "cancelled while connecting to PostgreSQL; nothing was run")
+    except TimeoutError as exc:
+        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {exc}") from None
+    except CancelledEarly:
+        raise
+    except BaseException as error:  # noqa: BLE001 - one line, whatever it is
         reason = scrub(one_line(error, None, with_type=False), dsn)
-        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}")
-    version = outcome.get("version", 0)
+        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}") from None
     if version < 130000:
         raise UsageFailure(f"PostgreSQL >= 13 is required, the server is {version // 10000}")
 
@@ -287,7 +324,8 @@ def execute_flow(options, database_name: str = DEFAULT_DATABASE, *, command: str
     cancellation = CancellationToken(timeout=options.timeout)
     invocation = Invocation(command=command, args=args or {})
     try:
-        with signals_cancel(cancellation), database(reveal(inputs.settings.db_dsn), database_name) as real_dsn:  # signals covered until the server stopped
+        with signals_cancel(cancellation), database(reveal(inputs.settings.db_dsn), database_name,
+                                                        connect_timeout=db_timeout, cancellation=cancellation) as real_dsn:  # signals covered until the server stopped
             if cancellation.is_cancelled:
                 raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
             check_database(real_dsn, cancellation, db_timeout)

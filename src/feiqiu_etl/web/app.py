@@ -50,6 +50,7 @@ class WebSettings:
     poll_interval: float = 0.25
     run_stale_after: float = 30.0
     connect_timeout: float = 10.0
+    read_timeout: float = 5.0  # s one read of a page or a scrape may wait for the server (metrics.DEFAULT_TIMEOUT)
     pool_size: int = 4
     version: str = field(default_factory=lambda: __import__("feiqiu_etl").__version__)
 

@@ -18,7 +18,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from feiqiu_etl.db.connection import SESSION_TIME_ZONE, redact_dsn
+from feiqiu_etl.db.connection import SESSION_TIME_ZONE, connect, redact_dsn
+from feiqiu_etl.db.health import DatabaseWatchdog
 from feiqiu_etl.web import queries
 from feiqiu_etl.web.format import FILTERS
 from feiqiu_etl.web.live import LiveFeed
@@ -33,7 +34,10 @@ HERE = Path(__file__).parent
 
 class AppState:
     """See module docstring. ``settings`` as given; ``security`` the access rules; ``pool`` the database
-    connections (at most ``settings.pool_size``, each checkout waits at most ``connect_timeout`` s);
+    connections (at most ``settings.pool_size``; one read — its checkout and its statements — is given
+    ``settings.read_timeout`` s: ``watchdog``, the runs' :class:`~feiqiu_etl.db.health.DatabaseWatchdog`, shuts the
+    connection of a read down once the server has not answered anything for that long, so a frozen server is a
+    connection error, answered 503, and the broken connection leaves the pool; the next read connects anew);
     ``feed`` the one poller behind every Live page; ``metrics`` what ``/metrics`` serves (read on each scrape,
     :mod:`.metrics`); ``shown_dsn`` what the footer says of the database."""
 
@@ -44,7 +48,9 @@ class AppState:
                                    name="feiqiu-web",
                                    kwargs={"options": f"-c TimeZone={SESSION_TIME_ZONE}",
                                            "connect_timeout": max(1, round(settings.connect_timeout))},
-                                   timeout=settings.connect_timeout)
+                                   timeout=min(settings.connect_timeout, settings.read_timeout))
+        self.watchdog = DatabaseWatchdog(settings.read_timeout, name="web-db-watchdog",
+                                         probe=lambda: connect(settings.dsn, connect_timeout=settings.connect_timeout))
         self.templates = _templates()
         self.shown_dsn = describe_dsn(settings.dsn)
         self.feed = LiveFeed(self.read_status, sweep=self.sweep, interval=settings.poll_interval)
@@ -52,8 +58,9 @@ class AppState:
 
     @contextlib.contextmanager
     def db(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection (psycopg and pool errors propagate: the app answers 503)."""
-        with self.pool.connection() as conn:
+        """A pooled connection, watched while lent (psycopg and pool errors propagate: the app answers 503; a
+        server silent for ``settings.read_timeout`` s: the connection is shut down, a connection error)."""
+        with self.pool.connection() as conn, self.watchdog.track(conn, "web read"):
             yield conn
 
     def read_status(self) -> dict:
@@ -85,6 +92,7 @@ class AppState:
             yield
         finally:
             self.feed.close()
+            self.watchdog.stop()
             await run_in_threadpool(self.pool.close, 2.0)
 
 

@@ -32,6 +32,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from feiqiu_etl.db.connection import DEFAULT_CONNECT_TIMEOUT as CONNECT_TIMEOUT
 from feiqiu_etl.db.embedded.account import (
     ACCEPTED_ACCOUNTS, SERVER_ACCOUNT, Account, account_by_uid, as_account, check_reachable, ensure_server_account,
     first_problem, run_as, server_env,
@@ -225,25 +226,26 @@ class EmbeddedPostgres:
         return make_conninfo(host=str(self._socket_dir), port=PORT, dbname=database, user=user,
                              passfile=str(self._passfile), password="")
 
-    def ensure_database(self, database: str = DEFAULT_DATABASE) -> str:
-        """Create ``database`` if missing; return its superuser DSN."""
+    def ensure_database(self, database: str = DEFAULT_DATABASE, *, connect_timeout: float = CONNECT_TIMEOUT) -> str:
+        """Create ``database`` if missing (connecting within ``connect_timeout`` s); return its superuser DSN."""
         try:
-            create_database(self.dsn("postgres"), database)
+            create_database(self.dsn("postgres"), database, connect_timeout=connect_timeout)
         except psycopg.Error as exc:
             raise EmbeddedServerError(f"embedded PostgreSQL: cannot create database {database}: "
                                       f"{one_line(exc, None, with_type=False)}") from None
         return self.dsn(database)
 
-    def reader_dsn(self, database: str = DEFAULT_DATABASE) -> str:
+    def reader_dsn(self, database: str = DEFAULT_DATABASE, *, connect_timeout: float = CONNECT_TIMEOUT) -> str:
         """DSN of the read-only role ``feiqiu_reader`` for ``database`` (created, or reset, and granted
         SELECT on the database's schemas with ``default_transaction_read_only`` once per start, idempotently,
-        one command at a time: :func:`ensure_reader_role`). The role is
+        one command at a time: :func:`ensure_reader_role`; connecting within ``connect_timeout`` s). The role is
         no superuser and has none of ``pg_execute_server_program``/``pg_write_server_files``, so it can
         neither run programs nor write files on the server (``COPY … TO PROGRAM`` / ``TO 'file'``)."""
         if not self._reader_ready:
             passwords = read_secrets(self._passfile)  # type: ignore[arg-type]
             try:  # under the home's lock: two commands changing the role at once fail ("tuple concurrently updated")
-                with self._locked(), psycopg.connect(self.dsn(database), autocommit=True) as conn:
+                with self._locked(), psycopg.connect(self.dsn(database), autocommit=True,
+                                                    connect_timeout=_whole(connect_timeout)) as conn:
                     ensure_reader_role(conn, READER, passwords[READER])
             except psycopg.Error as exc:
                 raise EmbeddedServerError(f"embedded PostgreSQL: cannot prepare the read-only role: "
@@ -487,15 +489,22 @@ def _tail(path: Path, size: int = 4000) -> str:
         return ""
 
 
-def create_database(admin_dsn: str, database: str, *, drop_first: bool = False) -> None:
-    """CREATE DATABASE ``database`` on the server of ``admin_dsn`` unless it exists."""
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+def create_database(admin_dsn: str, database: str, *, drop_first: bool = False,
+                    connect_timeout: float = CONNECT_TIMEOUT) -> None:
+    """CREATE DATABASE ``database`` on the server of ``admin_dsn`` unless it exists; a server that does not answer
+    within ``connect_timeout`` s is a ``psycopg.OperationalError`` (a frozen server is never waited for)."""
+    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=_whole(connect_timeout)) as conn:
         if drop_first:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
         if not exists:
             with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+
+
+def _whole(seconds: float) -> int:
+    """libpq's ``connect_timeout`` is whole seconds, at least 1 (0 would mean: wait forever)."""
+    return max(1, round(seconds))
 
 
 def home_layout(home: Path | None = None) -> ServerLayout:
