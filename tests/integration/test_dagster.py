@@ -201,6 +201,12 @@ def _span(log, sites) -> tuple[float, float]:
 def test_runs_of_one_token_take_turns_in_its_pool_and_other_tokens_run_alongside(pg_dsn, tmp_path):
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH), "south": ("FQ_SOUTH", SOUTH)})
     home = _instance_home(tmp_path / "dagster", pools=True)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        # the pools exist with their one slot before any run, as a deployment sets them (`dagster instance
+        # concurrency set POOL 1`): left to default_limit, two steps starting at once can each create the pool
+        # (SQLite storage) and both run — seen once in CI as a BUSY second run
+        for lane in load_fleet(fleet).lanes:
+            instance.event_log_storage.set_concurrency_slots(pool_name("feiqiu", lane, TOKENS), 1)
     with _sim(72, NORTH + SOUTH) as sim:
         defs_file = _defs_file(tmp_path, fleet, pg_dsn, sim)  # no waiting at the lane guard: the pool must do it
         started = time.monotonic()

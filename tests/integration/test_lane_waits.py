@@ -75,3 +75,24 @@ def test_a_lane_with_no_progress_is_reported_stalled_in_status_and_the_log(pg_ds
     assert code == 0 and data["status"] == "SUCCESS", err[-800:]
     assert "lane default: no progress for" in err and "waiting for the upstream's response" in err
     assert "lane default: moving again" in err
+
+
+def test_a_released_lane_is_free_at_once_for_the_next_run(pg_dsn):
+    """The next run of a token (a Dagster step its pool starts the moment the last one ended) finds the lane free
+    the moment release() returns: the guard unlocks explicitly before it closes its session (closing alone frees
+    the locks only once the server has ended the backend)."""
+    import psycopg
+
+    from feiqiu_etl.db.schema import ensure_schemas
+    from feiqiu_etl.registry.lane_guard import LaneGuard, lock_key
+
+    with psycopg.connect(pg_dsn, connect_timeout=5) as conn:
+        ensure_schemas(conn)
+    for attempt in range(20):
+        guard = LaneGuard(pg_dsn, f"r{attempt}", connect=lambda dsn: psycopg.connect(dsn, connect_timeout=5))
+        guard.acquire("north", "feiqiu:north")
+        guard.release()
+        with psycopg.connect(pg_dsn, autocommit=True, connect_timeout=5) as conn:
+            free = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key("feiqiu:north"),)).fetchone()[0]
+            assert free, f"attempt {attempt}: the lane was still held right after release()"
+            conn.execute("SELECT pg_advisory_unlock_all()")

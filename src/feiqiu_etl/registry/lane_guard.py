@@ -37,6 +37,10 @@ def token_part(lane_key: str) -> str:
     return lane_key.rsplit(":", 1)[-1]
 
 
+RELEASE_WAIT = 2.0
+"""Seconds :meth:`LaneGuard.release` gives ``pg_advisory_unlock_all()`` before it shuts the session's socket down."""
+
+
 def lock_key(lane_key: str) -> int:
     """The signed 64-bit advisory-lock key of a lane key, from its token part only: the upstream bans a token,
     whatever connector (file, name) sends with it (upstream-api.md §2.2)."""
@@ -257,10 +261,13 @@ class LaneGuard:
             return lost
 
     def release(self) -> None:
-        """Release every lock: closing the session does it (no statement, so it never waits on the server). When
-        the session is busy in another thread (the run control's check, on a server that does not answer), its
-        socket is shut down instead — the server ends the session, and the locks with it, when it notices — and
-        nothing waits for that thread."""
+        """Release every lock: ``pg_advisory_unlock_all()`` on the idle session, then close it, so the next run of
+        the token (a Dagster step its pool starts the moment this one ends, a cron night right after another) finds
+        the lane free — closing alone frees the locks only once the server has ended the backend, a moment later
+        (a run started in that moment was BUSY). The statement is given :data:`RELEASE_WAIT` seconds, then its
+        socket is shut down (a server that does not answer). When the session is busy in another thread (the run
+        control's check, on a server that does not answer), its socket is shut down at once — the server ends the
+        session, and the locks with it, when it notices — and nothing waits for that thread."""
         from feiqiu_etl.db.connection import abandon
 
         locked = self._lock.acquire(timeout=0.5)
@@ -275,6 +282,14 @@ class LaneGuard:
         if not locked:
             abandon(conn)
             return
+        watchdog = threading.Timer(RELEASE_WAIT, abandon, args=(conn,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock_all()")
+        finally:
+            watchdog.cancel()
         with contextlib.suppress(psycopg.Error):
             conn.close()
 
