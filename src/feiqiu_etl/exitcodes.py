@@ -12,3 +12,8 @@ DEADLINE = 9         # a lane reached its --deadline: what ran is loaded, the re
 HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
 
 # the exit code of each run status: feiqiu_etl.runner.results.STATUSES
+
+# feiqiu-etl check (issue 27): what a run would meet, each its own code
+CHECK_TOKEN = 10        # check: a token was refused (40101: invalid or expired)
+CHECK_STORE = 11        # check: a store is not granted to its token (40103)
+CHECK_UNREACHABLE = 12  # check: the API base URL did not answer (refused, DNS, connect timeout)

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from feiqiu_etl.cli import alerts, config, dagster, freshness, ops, prune, run, simulate, sql, state, tasks
+from feiqiu_etl.cli import alerts, check, config, dagster, freshness, ops, prune, run, simulate, sql, state, tasks
 from feiqiu_etl.config import ConfigError, read_dotenv
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.runner.launch import UsageFailure
@@ -35,7 +35,7 @@ def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> No
 
 
 
-for command in (run.run, run.plan, run.demo, simulate.simulate, sql.sql, tasks.tasks_cmd, ops.runs, ops.show,
+for command in (check.check, run.run, run.plan, run.demo, simulate.simulate, sql.sql, tasks.tasks_cmd, ops.runs, ops.show,
                 ops.status, ops.cancel, ops.details, config.config, freshness.freshness, alerts.alerts,
                 dagster.dagster, state.state):
     main.add_command(command)

@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from feiqiu_etl.connector.yamldoc import describe, read_yaml
-from feiqiu_etl.connector.spec import DetailSpec, KeyColumn, OdsTaskSpec
+from feiqiu_etl.connector.spec import JSON_TYPES, DetailSpec, KeyColumn, OdsTaskSpec
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,62}$")
@@ -214,6 +214,9 @@ class TaskModel(_Strict):
                                               "(upstream-api.md §4.1 Volume)")
     expected_daily_rows: VolumeRange | None = Field(None, description="windowed: records per store and day, "
                                                     "[low, high] (upstream-api.md §4.1 Volume)")
+    fields: dict[str, str] = Field({}, description="the top-level fields of a list record and their JSON types "
+                                   "(integer, number, string, boolean, object, array; alternatives with |), "
+                                   "upstream-api.md §3: what `feiqiu-etl check` validates a page against")
 
     @field_validator("code")
     @classmethod
@@ -231,6 +234,15 @@ class TaskModel(_Strict):
         if not pattern.match(v):
             raise ValueError(f"not a valid lower-case SQL name: {v!r}")
         return _check_schema(v) if info.field_name == "table" else v
+
+    @field_validator("fields")
+    @classmethod
+    def _field_types(cls, v: dict) -> dict:
+        for name, kinds in v.items():
+            bad = [k for k in str(kinds).split("|") if k.strip() not in JSON_TYPES]
+            if bad:
+                raise ValueError(f"field {name!r}: unknown JSON type(s) {bad}; allowed: {list(JSON_TYPES)}")
+        return v
 
     @field_validator("pipeline")
     @classmethod
@@ -389,6 +401,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
         lookback=timedelta(minutes=t.lookback_minutes) if t.lookback_minutes is not None else None,
         expected_rows=t.expected_rows.pair() if t.expected_rows else None,
         expected_daily_rows=t.expected_daily_rows.pair() if t.expected_daily_rows else None,
+        fields={name: tuple(k.strip() for k in kinds.split("|")) for name, kinds in t.fields.items()},
     )
 
 

@@ -13,6 +13,25 @@ from datetime import timedelta
 from typing import Any, Callable, Literal, Mapping
 
 SqlKeyType = Literal["bigint", "text", "integer"]
+JSON_TYPES = ("integer", "number", "string", "boolean", "object", "array")
+"""The JSON types a declared field may have (:attr:`OdsTaskSpec.fields`); ``number`` includes integers."""
+
+
+def json_type(value: Any) -> str | None:
+    """The JSON type of a parsed value (one of :data:`JSON_TYPES`), None for null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    return "array" if isinstance(value, list) else type(value).__name__
 TaskKind = Literal["snapshot", "windowed"]
 
 
@@ -114,6 +133,10 @@ class OdsTaskSpec:
     lookback: timedelta | None = None
     expected_rows: tuple[int, int] | None = None
     expected_daily_rows: tuple[int, int] | None = None
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The top-level fields of a list record and the JSON types each may have (``integer``, ``number``,
+    ``string``, ``boolean``, ``object``, ``array``; null always allowed), upstream-api.md §3; empty: not
+    declared. ``feiqiu-etl check`` reports fields missing, new or of another type against it."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("snapshot", "windowed"):

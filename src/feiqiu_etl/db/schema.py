@@ -6,7 +6,8 @@ connector's task specs and are always composed with ``psycopg.sql.Identifier`` (
 removed a run's stored log and request timeline, :mod:`feiqiu_etl.registry.retention`), completed window segments and the
 earliest start ever planned incrementally (together: resume from the holes), detail requests still owed
 (retried on the next run) and who reset which of that bookkeeping when (``state_reset``: ``feiqiu-etl state
-reset``, :mod:`feiqiu_etl.registry.state`).
+reset``, :mod:`feiqiu_etl.registry.state`) and each store's measured size (``store_size``: page 1's ``total`` per task,
+``feiqiu-etl check``, :mod:`feiqiu_etl.registry.sizes`).
 """
 
 from __future__ import annotations
@@ -168,6 +169,17 @@ CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
     host        text,
     pid         integer,
     acquired_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS etl_meta.store_size (
+    connector    text NOT NULL,
+    site_id      bigint NOT NULL,
+    task_code    text NOT NULL,
+    total        bigint NOT NULL CHECK (total >= 0),
+    window_start timestamptz,
+    window_end   timestamptz,
+    measured_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (connector, site_id, task_code),
+    CHECK (window_start IS NULL OR window_start < window_end)
 );
 """
 
