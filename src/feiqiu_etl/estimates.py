@@ -7,10 +7,13 @@ Before a run, in this order (ENGINE-NOTES "The night"):
    pages (snapshot); details per list row as the runs so far asked for them, applied to the rows of the window
    that was never loaded (windowed) or, for a snapshot, as the last run that was not a first load did (a first
    load fetches a detail for every parent, a night only for the new and changed ones);
-2. without history, **the contract's documented volumes** (``basis="contract"``, upstream-api.md §4.1 "Volume",
+2. without history, **the size ``feiqiu-etl check`` measured** (``basis="check"``, ``etl_meta.store_size``): page
+   1's ``total`` of the list — the records of a snapshot, or of the window it counted (records per day for the
+   windows to load); on a first load one detail per row;
+3. else **the contract's documented volumes** (``basis="contract"``, upstream-api.md §4.1 "Volume",
    the connector's ``expected_rows`` / ``expected_daily_rows``): the lower bound of the range, the size of a
    store the contract promises at least; on a first load every parent is new, so one detail per row;
-3. else one page per window segment or snapshot, details unknown (``basis="catalog"``).
+4. else one page per window segment or snapshot, details unknown (``basis="catalog"``).
 
 Details still owed by earlier runs come on top. While a task runs, page 1 of each window (or of the snapshot)
 tells its ``total``: the list needs exactly ``total // limit + 1`` pages (it ends at the first short page,
@@ -38,7 +41,7 @@ DAY_SECONDS = 86400.0
 class Estimate:
     """Expected requests of a task (list pages + details, re-checks included) and lane seconds; ``basis``
     says where it came from (``"history"``: the last runs of this task and store; ``"contract"``: the
-    documented volumes, upstream-api.md §4.1; ``"catalog"``: one page per window segment or snapshot, details
+    documented volumes, upstream-api.md §4.1; ``"check"``: the size ``feiqiu-etl check`` measured; ``"catalog"``: one page per window segment or snapshot, details
     unknown; ``"live"``: re-estimated from the first pages of a running task). ``rows``: list records
     expected. See this module."""
 
@@ -60,16 +63,20 @@ def pages_for(rows: float, limit: int) -> int:
 
 
 def plan_estimate(spec: OdsTaskSpec, cfg: PipelineConfig, windows: Sequence[Window], runs: Sequence[Mapping[str, Any]],
-                  owed: int, request_seconds: float, done: Sequence[Window] = ()) -> Estimate:
+                  owed: int, request_seconds: float, done: Sequence[Window] = (), measured: Any = None) -> Estimate:
     """Requests and lane seconds of one task (see the module docstring). ``runs`` are the task entries of
     the last finished runs of this task and store, newest first (``TaskRun.to_dict()``); ``done`` its finished
     window segments (their rows were fetched: no new parents there); ``owed`` the details still owed;
-    ``request_seconds`` how long a request holds the lane besides its gap."""
+    ``request_seconds`` how long a request holds the lane besides its gap; ``measured`` the store's measured size
+    (:class:`~feiqiu_etl.registry.sizes.MeasuredSize`) or None."""
     owed = owed if spec.detail else 0
     segments = len(windows) if spec.kind == "windowed" else 1
     if runs:
         pages, rows, details = _from_history(spec, windows, done, runs)
         basis = "history"
+    elif measured is not None and (spec.kind != "windowed" or measured.days):
+        pages, rows, details = _from_measured(spec, windows, measured)
+        basis = "check"
     elif spec.expected_rows or spec.expected_daily_rows:
         pages, rows, details = _from_contract(spec, windows)
         basis = "contract"
@@ -88,6 +95,20 @@ def _from_contract(spec: OdsTaskSpec, windows: Sequence[Window]) -> tuple[int, i
         rows = round(sum(per_window))
     else:
         rows = spec.expected_rows[0] if spec.expected_rows else 0
+        pages = pages_for(rows, spec.page_size)
+    return pages, rows, rows if spec.detail else 0
+
+
+def _from_measured(spec: OdsTaskSpec, windows: Sequence[Window], measured: Any) -> tuple[int, int, int]:
+    """Pages, rows and (first-load) details from the measured ``total`` (a windowed list's per day of the window
+    it counted, spread over ``windows``)."""
+    if spec.kind == "windowed":
+        per_day = measured.total / measured.days
+        per_window = [per_day * w.length.total_seconds() / DAY_SECONDS for w in windows]
+        pages = sum(pages_for(r, spec.page_size) for r in per_window)
+        rows = round(sum(per_window))
+    else:
+        rows = measured.total
         pages = pages_for(rows, spec.page_size)
     return pages, rows, rows if spec.detail else 0
 

@@ -454,6 +454,8 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
     console.print(f"plan: connector {plan['connector']}, {'incremental' if plan['incremental'] else 'explicit window'}"
                   f" as of {plan['now']} ({UPSTREAM_ZONE}, the upstream's time); {len(plan['lanes'])} lane(s), ~{e['requests']} requests, "
                   f"slowest lane ~{duration(e['lane_seconds_max'])}")
+    if plan.get("estimate_note"):
+        console.print(Text(plan["estimate_note"], style="yellow"), overflow="fold")
     for lane in plan["lanes"]:
         console.print(Text(f"lane {lane['name']} ({lane['key']}, token from ${lane['token_env']}): "
                            f"{len(lane['stores'])} store(s), ~{lane['estimate']['requests']} requests, "

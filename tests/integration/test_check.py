@@ -157,3 +157,31 @@ def test_unreachable_base_url_is_exit_12_within_its_bound(sim, pg_dsn, connector
     assert data["lanes"][0]["reachable"] is False
     assert data["lanes"][0]["requests_sent"] <= 2  # the lane stops at once (one retry at most)
     assert took < 30
+
+
+def plan_json(sim, dsn: str, connector: str) -> dict:
+    proc = subprocess.run([*PY, "plan", "--api-base", sim.base_url, "--dsn", dsn, "--connector", connector,
+                           "--now", fmt(NOW), "--site-id", str(sim.config.site_ids[0]), "--no-dwd", "--json",
+                           *scaled_gaps()], capture_output=True, text=True, timeout=60,
+                          env=env_for(sim.config.token))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_new_stores_plan_says_contract_until_check_measured_it_then_uses_the_sizes(sim, pg_dsn, connector_file):
+    before = plan_json(sim, pg_dsn, connector_file)
+    site = sim.config.site_ids[0]
+    assert before["estimate_note"] is not None
+    assert f"store(s) {site}" in before["estimate_note"] and "feiqiu-etl check" in before["estimate_note"]
+    assert "lower bound" in before["estimate_note"]
+    assert {t["estimate"]["basis"] for t in before["lanes"][0]["tasks"]} == {"contract"}
+    code, _, err, _ = check(sim, pg_dsn, connector_file)
+    assert code == 0, err
+    after = plan_json(sim, pg_dsn, connector_file)
+    assert after["estimate_note"] is None
+    tasks = after["lanes"][0]["tasks"]
+    assert {t["estimate"]["basis"] for t in tasks} == {"check"}
+    member = next(t for t in tasks if t["task"] == "ODS_MEMBER")
+    members = len(sim.dataset.records("ODS_MEMBER", site))
+    assert member["estimate"]["requests"] == members // 200 + 1 + members  # its pages and one detail per member
+    assert after["estimate"]["requests"] < before["estimate"]["requests"] / 5  # a small store, not the contract's

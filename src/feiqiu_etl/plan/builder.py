@@ -65,7 +65,8 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
             owed = past.owed_details if spec.detail else 0
             tasks.append(TaskPlan(spec=spec, site_id=store.site_id, config=cfg, windows=windows, horizon=horizon,
                                   owed_details=owed,
-                                  estimate=plan_estimate(spec, cfg, windows, past.runs, owed, latency, past.done),
+                                  estimate=plan_estimate(spec, cfg, windows, past.runs, owed, latency, past.done,
+                                                         past.measured),
                                   first_load=past.last is None, recent_windows=recent))
     return LanePlan(
         name=lane.name, token=lane.token, token_source=lane.token_source, api_base=lane.api_base,
@@ -188,7 +189,7 @@ def _parts(task: TaskPlan, past: TaskHistory, latency: float) -> tuple[TaskPlan,
     spec, cfg = task.spec, task.config
 
     def estimate(windows: tuple[Window, ...]) -> Estimate:
-        return plan_estimate(spec, cfg, windows, past.runs, 0, latency, past.done)
+        return plan_estimate(spec, cfg, windows, past.runs, 0, latency, past.done, past.measured)
 
     recent_windows, history = task.windows[:task.recent_windows], task.windows[task.recent_windows:]
     recent = estimate(recent_windows)

@@ -1,5 +1,5 @@
 """What the warehouse remembers that a plan needs: finished window segments, incremental horizons, owed
-details and the counts of the last runs. This is planning's only I/O; :func:`read_history` returns frozen data
+details, the counts of the last runs and the sizes ``feiqiu-etl check`` measured. This is planning's only I/O; :func:`read_history` returns frozen data
 that :func:`feiqiu_etl.plan.builder.build_plan` turns into a plan without touching the database.
 """
 
@@ -32,6 +32,9 @@ class TaskHistory:
     horizon: datetime | None = None
     owed_details: int = 0
     runs: tuple[Mapping[str, Any], ...] = ()
+    measured: Any = None
+    """The store's measured size of this task (:class:`~feiqiu_etl.registry.sizes.MeasuredSize`: page 1's total
+    as ``feiqiu-etl check`` saw it), or None."""
 
     @property
     def last(self) -> Mapping[str, Any] | None:
@@ -114,6 +117,10 @@ def read_history(conn: psycopg.Connection, connector: str, keys: Iterable[tuple[
             busy += float(lane.get("busy_seconds") or 0)
             sent += float(lane.get("requests_sent") or 0)
     conn.commit()
-    tasks = {key: TaskHistory(tuple(done.get(key, ())), horizons.get(key), owed.get(key, 0), tuple(runs.get(key, ())))
+    from feiqiu_etl.registry.sizes import read_sizes
+
+    sizes = read_sizes(conn, connector, sites)
+    tasks = {key: TaskHistory(tuple(done.get(key, ())), horizons.get(key), owed.get(key, 0), tuple(runs.get(key, ())),
+                              sizes.get(key))
              for key in keys}
     return PlanHistory(tasks, busy / sent if sent else None, read_floors(conn, lanes))

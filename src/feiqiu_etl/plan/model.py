@@ -198,10 +198,20 @@ class LanePlan:
     def estimate_seconds(self) -> float:
         return sum(t.estimate.seconds for t in self.tasks)
 
+    @property
+    def unmeasured_stores(self) -> tuple[int, ...]:
+        """Stores some task of which is estimated from the contract's lower bound (no history, no size measured)."""
+        return tuple(dict.fromkeys(t.site_id for t in self.tasks if t.estimate.basis == "contract"))
+
+    def estimate_note(self) -> str | None:
+        """One line when some store is estimated from the contract's lower bound: what the estimate is and how
+        to measure (issue 27); None otherwise."""
+        return contract_note(self.unmeasured_stores)
+
     def to_dict(self) -> dict[str, Any]:
         from feiqiu_etl.textsafe import redact_url
 
-        return {"name": self.name, "key": self.key, "token_env": self.token_source,
+        return {"name": self.name, "estimate_note": self.estimate_note(), "key": self.key, "token_env": self.token_source,
                 "api_base": redact_url(self.api_base),
                 "stores": [{"site_id": s.site_id, "name": s.name} for s in self.stores],
                 "tasks": [t.to_dict() for t in self.tasks],
@@ -284,6 +294,16 @@ class RunPlan:
                 "dwd": None if self.dwd is None else {"tables": list(self.dwd.tables) if self.dwd.tables else "all",
                                                        "parallel_workers": self.dwd.parallel_workers,
                                                        "full": self.dwd.full},
+                "estimate_note": contract_note(tuple(s for lane in self.lanes for s in lane.unmeasured_stores)),
                 "estimate": {"requests": sum(lane.estimate_requests for lane in self.lanes),
                              "lane_seconds_max": round(max((lane.estimate_seconds for lane in self.lanes),
                                                            default=0.0), 1)}}
+
+
+def contract_note(stores: tuple[int, ...]) -> str | None:
+    """The line that says an estimate of ``stores`` is the contract's lower bound and how to measure them."""
+    if not stores:
+        return None
+    which = ", ".join(map(str, stores[:3])) + (f" and {len(stores) - 3} more" if len(stores) > 3 else "")
+    return (f"estimate: store(s) {which} have no history and no measured size: planned at the contract's lower "
+            f"bound (upstream-api.md §4.1), which can be far off; measure them with `feiqiu-etl check`")

@@ -172,7 +172,8 @@ class LaneRunner:
         fit = fit_lane(plan, max(0.0, left))
         lines = fit.lines(plan.name, plan.until())
         level = logging.INFO if fit.fits and not fit.narrowed else logging.WARNING
-        for line in lines:
+        note = plan.estimate_note()
+        for line in lines + ([note] if note else []):
             self.log.log(level, "%s", line, extra={"lane": plan.name})
         self._told_narrowing = fit.narrowed
         if self.pace is not None:
