@@ -21,10 +21,15 @@ from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 
 
-def schedule_for(fleet_path: str | None, connector) -> Schedule:
-    """The schedule of ``--fleet`` (each lane's stores and tasks) or, without one, every task of
-    ``connector`` for every store seen; a bad fleet file is a one-line :class:`UsageFailure`."""
+def schedule_for(fleet_path: str | None, connector, site_ids: list[int] | None = None) -> Schedule:
+    """The schedule of ``--fleet`` (each lane's stores and tasks), of ``--site-id`` (those stores, every task of
+    ``connector``) or, without either, every task of ``connector`` for every store seen; a bad fleet file is a
+    one-line :class:`UsageFailure`."""
     codes = tuple(t.code for t in connector.tasks)
+    if site_ids and fleet_path:
+        raise UsageFailure("--site-id and --fleet exclude each other")
+    if site_ids:
+        return Schedule(by_store={site: codes for site in site_ids}, source="--site-id")
     if not fleet_path:
         return Schedule.everything(codes)
     from feiqiu_etl.plan.fleet import FleetError
@@ -39,6 +44,8 @@ def schedule_for(fleet_path: str | None, connector) -> Schedule:
 @click.command()
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
               help="judge only the stores of this fleet file and the tasks each lane runs (its tasks:)")
+@click.option("--site-id", "site_ids", multiple=True, metavar="SITE_ID",
+              help="judge only these stores (repeat or comma-separate), every task of the connector")
 @click.option("--hours", type=click.FloatRange(0.01, 8760), default=None,
               help=f"stale when older than this (default: the alerts file's rules.stale_hours, else "
                    f"{DEFAULT_STALE_HOURS:g})")
@@ -50,10 +57,11 @@ def schedule_for(fleet_path: str | None, connector) -> Schedule:
 @dsn_option
 @json_option
 @common_options
-def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, demo, as_json, verbose,
+def freshness(fleet_path, site_ids, hours, fail_stale, connector_path, alerts_path, dsn, demo, as_json, verbose,
               log_format) -> None:
     """How fresh the data of each store and task is (the web page's Freshness table). Exit 0, or with
-    --fail-stale 8 when some scheduled store/task is older than --hours or never loaded."""
+    --fail-stale 8 when some scheduled store/task is older than --hours or never loaded, and when no store is
+    named (--site-id, --fleet) and none was ever loaded."""
     setup_logging(verbose, log_format)
     from feiqiu_etl.alerts import active, after_freshness
     from feiqiu_etl.connector import ConnectorError, load_connector
@@ -63,7 +71,9 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
         connector = load_connector(connector_path)
     except (ConnectorError, OSError) as exc:
         raise UsageFailure(str(exc)) from None
-    schedule = schedule_for(fleet_path, connector)
+    from feiqiu_etl.cli.options import parse_ids
+
+    schedule = schedule_for(fleet_path, connector, parse_ids(site_ids, "--site-id"))
     use_alerts(alerts_path)
     config = active()
     if hours is None:
@@ -75,8 +85,23 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
         echo_json(report)
     else:
         _render(report)
-    if fail_stale and report["stale"]:
-        sys.exit(exitcodes.STALE)
+    if fail_stale:
+        lines = never_loaded_lines(report["rows"])
+        if not report["rows"]:
+            lines = ["never loaded: no store was ever loaded and none is named (--site-id, --fleet)"]
+        for line in lines:
+            click.echo(line, err=True)
+        if report["stale"] or not report["rows"]:
+            sys.exit(exitcodes.STALE)
+
+
+def never_loaded_lines(rows: list[dict]) -> list[str]:
+    """One line per store none of whose scheduled tasks ever finished: ``store N: never loaded (k tasks)``."""
+    by: dict[int, list[dict]] = {}
+    for row in rows:
+        by.setdefault(row["site_id"], []).append(row)
+    return [f"store {site}: never loaded ({len(tasks)} scheduled task(s), none finished)"
+            for site, tasks in by.items() if all(t.get("kind") is None for t in tasks)]
 
 
 def _render(report: dict) -> None:

@@ -87,7 +87,7 @@ def layers() -> tuple[dict, dict]:
     return dict(obj.get("sets", {})), dict(obj.get("flags", {}))
 
 
-def _parse_ids(values: tuple[str, ...], flag: str) -> list[int]:
+def parse_ids(values: tuple[str, ...], flag: str) -> list[int]:
     sites: list[int] = []
     for value in values:
         for part in str(value).split(","):
@@ -227,9 +227,9 @@ def to_run_options(p: dict, timeout: float | None = None, wait_for_lane: float |
     sets, flags = layers()
     return RunOptions(
         api_base=p.get("api_base"), token=p.get("token"), dsn=p.get("dsn"), flags=flags, overrides=sets,
-        site_ids=_parse_ids(p.get("site_ids") or (), "--site-id"),
+        site_ids=parse_ids(p.get("site_ids") or (), "--site-id"),
         fleet_path=p.get("fleet_path"), lanes=_csv(p.get("lanes_csv", "")),
-        stores=_parse_ids(tuple(_csv(p.get("stores_csv", ""))), "--stores"),
+        stores=parse_ids(tuple(_csv(p.get("stores_csv", ""))), "--stores"),
         task_codes=_csv(p.get("tasks_csv", "")), connector_path=p.get("connector_path"),
         window_start=p.get("window_start"), window_end=p.get("window_end"), backfill=p.get("backfill", False),
         backfill_from=p.get("backfill_from"), backfill_to=p.get("backfill_to"),
