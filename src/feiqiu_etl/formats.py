@@ -37,6 +37,16 @@ def use_display_zone(name: str) -> None:
     _display = None if name == LOCAL else ZoneInfo(name)
 
 
+def display_zone_label(at: datetime | None = None) -> str:
+    """The display zone as a page names it: ``Asia/Shanghai (+08:00)``, ``UTC (+00:00)``; the machine's zone by
+    its abbreviation (``CET (+01:00)``); the offset is the one at ``at`` (default: now)."""
+    from datetime import timezone as _tz
+
+    now = in_display_zone(at or datetime.now(_tz.utc))
+    name = getattr(_display, "key", None) or now.tzname() or "local"
+    return f"{name} ({utc_offset(now)})"
+
+
 def in_display_zone(value: datetime) -> datetime:
     """An aware ``value`` in the display zone; a naive one is an upstream (window) time: it stays as it is, in
     :data:`UPSTREAM_ZONE`."""

@@ -84,7 +84,8 @@ class TaskStatistics(_Json):
     (its pipeline runs), ``finished`` (its result is final). ``requests`` are logical requests done (retries
     not counted), ``requests_planned`` the plan's estimate, ``requests_remaining`` the larger of what the
     estimate leaves and what is known to be waiting (frontier, seeds not pulled yet, the one in flight);
-    ``rows_written`` rows committed (inserted + updated + unchanged); ``elapsed_s`` seconds since its pipeline
+    ``rows_written`` rows committed that changed the table (inserted + updated), ``rows_unchanged`` rows the
+    writer found unchanged (issue 27: an unchanged rerun writes 0); ``elapsed_s`` seconds since its pipeline
     started."""
 
     task: str
@@ -102,6 +103,7 @@ class TaskStatistics(_Json):
     batches_written: int = 0
     seconds_writing: float = 0.0
     elapsed_s: float = 0.0
+    rows_unchanged: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ class LaneStatistics(_Json):
     ``running``, ``finished``. ``next_due_in`` seconds until the next request may go and ``wait_reason`` why
     (``gap``, ``floor``, ``retry-after``, ``banned``, ``timeout-hold``, ``lane``, ``paused``; None: it may go
     now); ``throttled``/``banned`` rejections (42901/42902) and ``banned_seconds``; ``floors`` the minimum gap
-    per gap class learnt from the upstream (s); ``tripped`` why the lane stopped (None). ``rows_per_s`` over
+    per gap class learnt from the upstream (s); ``tripped`` why the lane stopped (None). ``rows_written`` rows inserted or updated, ``rows_unchanged``
+    rows found unchanged; ``rows_per_s`` (rows processed: both) over
     the last :data:`RATE_WINDOW` seconds; ``eta_s`` the lane time the remaining requests need — each at its
     task's expected gap (narrowed by the pace) plus the seconds a request held the lane besides its gap so far
     — or the time to the deadline if that comes first (0 when finished). ``running`` are the tasks running now,
@@ -166,6 +169,7 @@ class LaneStatistics(_Json):
     deadline_in_s: float | None = None
     pace: float | None = None
     stalled_for: float | None = None
+    rows_unchanged: int = 0
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,7 @@ class RunStatistics(_Json):
     requests_sent: int = 0
     requests_remaining: int = 0
     eta_s: float = 0.0
+    rows_unchanged: int = 0
 
 
 @dataclass(frozen=True)

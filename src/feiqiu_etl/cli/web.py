@@ -35,9 +35,13 @@ MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: i
               help="connector YAML whose tasks the Freshness page lists (default: the bundled Feiqiu connector)")
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
               help="Freshness page: judge only the tasks each store of this fleet file is scheduled for")
+@click.option("--reader-dsn", envvar="ETL_READER_DSN", metavar="DSN",
+              help="read the warehouse as this read-only role (env ETL_READER_DSN); default: a role made for this "
+                   "server (needs a DSN whose role may create roles)")
 @dsn_option
 @common_options
-def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, demo, verbose, log_format) -> None:
+def web(host, port, auth_token, stale_hours, connector_path, fleet_path, reader_dsn, dsn, demo, verbose,
+        log_format) -> None:
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
     and the JSON API (README "The web page")."""
     setup_logging(verbose, log_format)
@@ -63,44 +67,63 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, de
     schedule = schedule_for(fleet_path, connector)
     sock = listen(host, port)
     try:
-        _serve(sock, host, config, stale_hours, connector, demo, verbose, schedule)
+        _serve(sock, host, config, stale_hours, connector, demo, verbose, schedule, reader_dsn)
     finally:
         sock.close()
 
 
 def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector, demo: bool, verbose: int,
-           schedule=None) -> None:
+           schedule=None, reader_dsn: str | None = None) -> None:
     """Serve on ``sock`` with the command's :class:`~feiqiu_etl.config.Settings` ``config`` (web token, DSN,
     run and database timeouts) and the freshness ``schedule`` until a signal stops it."""
-    import uvicorn
+    import psycopg
 
     from feiqiu_etl.config.settings import reveal
-    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.db.connection import scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.demo import DEMO_DATABASE
-    from feiqiu_etl.web import WebSettings, create_app
+    from feiqiu_etl.errortext import one_line
+    from feiqiu_etl.web import WebSettings
 
     token, dsn = reveal(config.web_token), reveal(config.db_dsn)
     with database(None if demo else dsn, DEMO_DATABASE if demo else DEFAULT_DATABASE,
                   connect_timeout=config.db.connect_timeout) as real_dsn:
         with warehouse(real_dsn):  # reachable, schemas up to date, vanished runs INTERRUPTED
             pass
-        settings = WebSettings(
-            dsn=real_dsn, token=token, host=host, connector=connector.name,
-            task_codes=tuple(t.code for t in connector.tasks), schedule=schedule, stale_hours=stale_hours,
-            run_stale_after=config.run.stale_after, connect_timeout=config.db.connect_timeout)
-        app = create_app(settings)
-        server = _server(uvicorn.Config(
-            app, log_config=None, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",
-            timeout_graceful_shutdown=2, server_header=False, proxy_headers=False), app.state.feed)
-        bound = sock.getsockname()
-        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-        click.echo(f"feiqiu-etl web: serving http://{shown}:{bound[1]}/ on {redact_dsn(real_dsn)} "
-                   f"({'token required' if token else 'no token: loopback only'}); Ctrl-C stops", err=True)
-        server.run(sockets=[sock])
-        if not server.started:
-            raise UsageFailure("the web server did not start (see the lines above)")
-        logging.getLogger("feiqiu_etl.web").info("web server stopped")
+        from feiqiu_etl.web.reader import ReaderProblem, web_reader
+
+        try:
+            with web_reader(real_dsn, reader_dsn, connect_timeout=config.db.connect_timeout) as read_dsn:
+                settings = WebSettings(
+                    dsn=real_dsn, reader_dsn=read_dsn, token=token, host=host, connector=connector.name,
+                    task_codes=tuple(t.code for t in connector.tasks), schedule=schedule, stale_hours=stale_hours,
+                    run_stale_after=config.run.stale_after, connect_timeout=config.db.connect_timeout)
+                _run_server(sock, settings, verbose, real_dsn)
+        except ReaderProblem as exc:
+            raise UsageFailure(str(exc)) from None
+        except psycopg.Error as exc:  # --reader-dsn cannot connect, or the role cannot be made
+            raise UsageFailure(f"the web page's read-only role: {scrub(one_line(exc, None, with_type=False), real_dsn)}") from None
+
+
+def _run_server(sock: socket.socket, settings, verbose: int, real_dsn: str) -> None:
+    """Serve the app of ``settings`` on ``sock`` until a signal stops it."""
+    import uvicorn
+
+    from feiqiu_etl.db.connection import redact_dsn
+    from feiqiu_etl.web import create_app
+
+    app = create_app(settings)
+    server = _server(uvicorn.Config(
+        app, log_config=None, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",
+        timeout_graceful_shutdown=2, server_header=False, proxy_headers=False), app.state.feed)
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    click.echo(f"feiqiu-etl web: serving http://{shown}:{bound[1]}/ on {redact_dsn(real_dsn)} "
+               f"({'token required' if settings.token else 'no token: loopback only'}); Ctrl-C stops", err=True)
+    server.run(sockets=[sock])
+    if not server.started:
+        raise UsageFailure("the web server did not start (see the lines above)")
+    logging.getLogger("feiqiu_etl.web").info("web server stopped")
 
 
 def _server(config, feed):

@@ -129,7 +129,8 @@ class UnifiedPipeline:
                 processing_queue=run.processing_q.qsize(), write_queue=run.write_q.qsize(),
                 busy_workers=run.busy_workers, requests=r.total_requests, attempts=r.attempts,
                 completed_requests=r.completed_requests, fetched=r.total_fetched,
-                rows_written=r.total_inserted + r.total_updated + r.total_skipped, rate_limited=r.rate_limited,
+                rows_written=r.total_inserted + r.total_updated, rows_unchanged=r.total_skipped,
+                rate_limited=r.rate_limited,
                 banned_seconds=r.banned_seconds, failures=len(r.errors), seeds_left=run.seeds_left,
                 elapsed=time.monotonic() - run.started,
                 writer=run.writer.statistics() if run.writer is not None else None,
@@ -142,7 +143,7 @@ class PipelineStatistics:
 
     ``frontier`` requests wait for the lane (next pages, details); ``seeds_left`` is the number of seeds
     not pulled yet when the seed source has a length (else None); ``rows_written`` counts rows committed
-    (inserted + updated + unchanged); ``writer`` is the :class:`WriteWorker`'s own snapshot (None before it
+    that changed the table (inserted + updated), ``rows_unchanged`` those the writer found unchanged; ``writer`` is the :class:`WriteWorker`'s own snapshot (None before it
     started).
     """
 
@@ -159,6 +160,7 @@ class PipelineStatistics:
     completed_requests: int = 0
     fetched: int = 0
     rows_written: int = 0
+    rows_unchanged: int = 0
     rate_limited: int = 0
     banned_seconds: float = 0.0
     failures: int = 0

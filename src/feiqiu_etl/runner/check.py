@@ -266,7 +266,6 @@ class _LaneCheckRunner:
     """One lane of a check (see the module docstring)."""
 
     def __init__(self, inputs, lane, cancellation: CancellationToken, client_factory: Callable[..., APIClient]):
-        from feiqiu_etl.plan.model import Secret  # noqa: F401 - the token stays a Secret until the client
         from feiqiu_etl.textsafe import redact_url
 
         self.inputs, self.lane, self.cancellation = inputs, lane, cancellation

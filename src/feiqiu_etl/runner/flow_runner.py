@@ -330,6 +330,7 @@ class FlowRunner:
             run_id=self.run_id, phase=self._phase, cancelling=self.cancellation.is_cancelled,
             tasks_done=sum(lane.tasks_done for lane in lanes), tasks=self.plan.task_count, lanes=lanes,
             elapsed_s=round(time.monotonic() - self._t0, 1), rows_written=sum(lane.rows_written for lane in lanes),
+            rows_unchanged=sum(lane.rows_unchanged for lane in lanes),
             rows_per_s=round(sum(lane.rows_per_s for lane in lanes), 1),
             requests_sent=sum(lane.requests_sent for lane in lanes),
             requests_remaining=sum(lane.requests_remaining for lane in lanes),

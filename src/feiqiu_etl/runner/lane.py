@@ -337,20 +337,29 @@ class LaneRunner:
         return max(0.0, elapsed - lane.waited_seconds) / lane.requests_sent
 
     @staticmethod
-    def _rows(finished: list[TaskRun], running: TaskStatistics | None) -> int:
-        done = sum(t.result.total_inserted + t.result.total_updated + t.result.total_skipped for t in finished)
-        return done + (running.rows_written if running is not None else 0)
+    def _rows(finished: list[TaskRun], running: TaskStatistics | None) -> tuple[int, int]:
+        """``(written, unchanged)``: rows inserted or updated, rows found unchanged, by these tasks."""
+        written = sum(t.result.total_inserted + t.result.total_updated for t in finished)
+        unchanged = sum(t.result.total_skipped for t in finished)
+        if running is not None:
+            written, unchanged = written + running.rows_written, unchanged + running.rows_unchanged
+        return written, unchanged
 
     def rows_written(self) -> int:
-        """Rows committed so far by this lane's tasks (inserted + updated + unchanged)."""
-        return sum(self._rows(finished, cur.statistics() if cur is not None else None)
+        """Rows this lane's tasks inserted or updated so far (unchanged ones not counted: :meth:`rows_processed`)."""
+        return sum(self._rows(finished, cur.statistics() if cur is not None else None)[0]
+                   for _, cur, finished, _ in self._states())
+
+    def rows_processed(self) -> int:
+        """Rows committed so far by this lane's tasks, unchanged ones included (its throughput and progress)."""
+        return sum(sum(self._rows(finished, cur.statistics() if cur is not None else None))
                    for _, cur, finished, _ in self._states())
 
     def sample(self, now: float | None = None) -> None:
         """Record the rows written so far (monotonic time ``now``) for :attr:`LaneStatistics.rows_per_s` (rows
         written count as the lane's progress too); with a deadline, keep the pace that meets it."""
         now = time.monotonic() if now is None else now
-        rows = self.rows_written()
+        rows = self.rows_processed()
         self._rate.record(now, rows)
         if rows != self._moved_rows:
             self._moved_rows, self._moved = rows, now
@@ -379,13 +388,14 @@ class LaneRunner:
         lane = self.scheduler.statistics()
         now = time.monotonic()
         current: CurrentRequest | None = None
-        queues, rows, done_tasks = Queues(), 0, 0
+        queues, rows, unchanged, processed, done_tasks = Queues(), 0, 0, 0, 0
         stores: list[StoreProgress] = []
         running: list[TaskStatistics] = []
         states = self._states()
         for store, cur, finished, closed in states:
             st = cur.statistics() if cur is not None else None
-            rows += self._rows(finished, st)
+            written, same = self._rows(finished, st)
+            rows, unchanged, processed = rows + written, unchanged + same, processed + written + same
             planned = self.plan.tasks_of(store.plan.site_id)
             tasks_done = len(finished) if closed else _tasks_done(store.schedule, len(finished))
             done_tasks += tasks_done
@@ -412,7 +422,7 @@ class LaneRunner:
             next_due_in=round(lane.next_due_in, 1), wait_reason=lane.wait_reason, requests_sent=lane.requests_sent,
             throttled=lane.throttled, banned=lane.banned, banned_seconds=round(lane.banned_seconds, 1),
             floors=lane.floors, tripped=lane.tripped, queues=queues, rows_written=rows,
-            rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
+            rows_unchanged=unchanged, rows_per_s=round(self._rate.rate(now, processed), 1), requests_remaining=remaining, tasks_done=done_tasks,
             tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
             pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now))

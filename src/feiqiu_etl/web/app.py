@@ -41,6 +41,9 @@ class WebSettings:
     command); ``stale_hours`` is the default freshness threshold; ``poll_interval`` the live feed's (s)."""
 
     dsn: str
+    """The loading role's DSN: used only to write (a cancel, marking vanished runs INTERRUPTED)."""
+    reader_dsn: str | None = None
+    """The read-only role's DSN every page, API read and scrape uses (:mod:`.reader`; None: ``dsn``, tests)."""
     token: str | None = None
     host: str = "127.0.0.1"
     connector: str = "feiqiu"

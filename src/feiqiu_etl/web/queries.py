@@ -31,6 +31,7 @@ def recent_finished(conn: psycopg.Connection, within_seconds: float = 600.0, lim
         rows = cur.execute(
             "SELECT run_id, status, started_at, finished_at, exit_code, error, rows_written, requests, rejections, "
             "errors, stores, tasks, lanes, cancel_requested_at, cancel_requested_by, "
+            "(summary->>'rows_unchanged')::bigint AS rows_unchanged, "
             "extract(epoch FROM finished_at - started_at) AS duration FROM etl_meta.run "
             "WHERE status <> 'RUNNING' AND finished_at > now() - make_interval(secs => %s) "
             "ORDER BY finished_at DESC LIMIT %s", (within_seconds, limit)).fetchall()

@@ -284,7 +284,7 @@ async def api_cancel(request: Request) -> Response:
 
 
 def _cancel(web: AppState, run_id: str, who: str) -> str | None:
-    with web.db() as conn:
+    with web.write() as conn:
         return registry.request_cancel(conn, run_id, by=who)
 
 

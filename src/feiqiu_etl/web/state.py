@@ -44,11 +44,14 @@ class AppState:
     def __init__(self, settings: WebSettings):
         self.settings = settings
         self.security = Security(settings.token, settings.host)
-        self.pool = ConnectionPool(settings.dsn, min_size=1, max_size=settings.pool_size, open=False,
-                                   name="feiqiu-web",
-                                   kwargs={"options": f"-c TimeZone={SESSION_TIME_ZONE}",
-                                           "connect_timeout": max(1, round(settings.connect_timeout))},
+        kwargs = {"options": f"-c TimeZone={SESSION_TIME_ZONE}",
+                  "connect_timeout": max(1, round(settings.connect_timeout))}
+        self.pool = ConnectionPool(settings.reader_dsn or settings.dsn, min_size=1, max_size=settings.pool_size,
+                                   open=False, name="feiqiu-web", kwargs=kwargs,
                                    timeout=min(settings.connect_timeout, settings.read_timeout))
+        # the loading role, for the page's only writes (a cancel, the sweep): one connection, made when needed
+        self.writer = ConnectionPool(settings.dsn, min_size=0, max_size=1, open=False, name="feiqiu-web-writer",
+                                     kwargs=kwargs, timeout=min(settings.connect_timeout, settings.read_timeout))
         self.watchdog = DatabaseWatchdog(settings.read_timeout, name="web-db-watchdog",
                                          probe=lambda: connect(settings.dsn, connect_timeout=settings.connect_timeout))
         self.templates = _templates()
@@ -63,6 +66,12 @@ class AppState:
         with self.pool.connection() as conn, self.watchdog.track(conn, "web read"):
             yield conn
 
+    @contextlib.contextmanager
+    def write(self) -> Iterator[psycopg.Connection]:
+        """A connection of the loading role, for a write (a cancel, the sweep), watched like :meth:`db`."""
+        with self.writer.connection() as conn, self.watchdog.track(conn, "web write"):
+            yield conn
+
     def read_status(self) -> dict:
         """``/api/status``: running runs with their live status, runs ended in the last 10 minutes."""
         with self.db() as conn:
@@ -72,15 +81,18 @@ class AppState:
         """Mark runs whose process vanished INTERRUPTED."""
         from feiqiu_etl.alerts import sweep_and_alert
 
-        with self.db() as conn:
+        with self.write() as conn:
             sweep_and_alert(conn, self.settings.run_stale_after)
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """``template`` rendered with ``context`` plus what every page shows (CSRF token, who is logged in,
-        the database, the version, the time zone)."""
+        the database and the version once logged in — never before (issue 27) —, the display zone with its offset:
+        the zone of every time on the page)."""
+        from feiqiu_etl.formats import display_zone_label
+
         context.update(request=request, csrf_token=self.security.csrf_token(request.state.session),
                        auth=request.state.auth, shown_dsn=self.shown_dsn, version=self.settings.version,
-                       time_zone=SESSION_TIME_ZONE)
+                       time_zone=display_zone_label())
         context.setdefault("nav", "")
         return HTMLResponse(self.templates.get_template(template).render(**context), status)
 
@@ -88,12 +100,14 @@ class AppState:
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
         """Open the pool on startup; on shutdown end the live feed and close the pool (2 s at most)."""
         await run_in_threadpool(self.pool.open, False)
+        await run_in_threadpool(self.writer.open, False)
         try:
             yield
         finally:
             self.feed.close()
             self.watchdog.stop()
             await run_in_threadpool(self.pool.close, 2.0)
+            await run_in_threadpool(self.writer.close, 2.0)
 
 
 def _templates() -> Environment:

@@ -16,7 +16,7 @@ from psycopg import sql
 from feiqiu_etl.db.embedded.passwords import scram_verifier
 
 
-def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> None:
+def ensure_reader_role(conn: psycopg.Connection, role: str, password: str, *, lock_down: bool = True) -> None:
     """Create (or reset) login role ``role``: no superuser, no CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS, no
     membership of any role, ``default_transaction_read_only`` on, password ``password`` (sent as a SCRAM
     verifier). It may read the database's own schemas: USAGE on each schema and SELECT on its tables and
@@ -24,7 +24,8 @@ def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> No
     ``pg_read_all_data``: that covers the system catalogs too, so the role could read the server's password
     verifiers in ``pg_authid``. Nobody but superusers may take advisory locks or NOTIFY in this database.
     ``conn`` must be a superuser's, in autocommit mode, on the database the role
-    reads. Idempotent."""
+    reads. Idempotent. ``lock_down`` False leaves advisory locks and NOTIFY as they are (a database whose loading
+    role may be no superuser: the web page's role, :func:`feiqiu_etl.web.reader.web_reader`)."""
     ident = sql.Identifier(role)
     if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
         with contextlib.suppress(psycopg.errors.DuplicateObject):  # a concurrent first use
@@ -48,6 +49,8 @@ def ensure_reader_role(conn: psycopg.Connection, role: str, password: str) -> No
         conn.execute(sql.SQL(f"ALTER DEFAULT PRIVILEGES GRANT {privilege} ON {kind} TO {{}}").format(ident))
     # Taking an advisory lock or sending a NOTIFY works in a read-only transaction; in this database only
     # superusers (the loading role) may: a reader could otherwise hold a token's lane or fake a cancel signal.
+    if not lock_down:
+        return
     for (proc,) in conn.execute("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.proname = 'pg_notify' "
                                 "OR (p.proname LIKE 'pg%advisory%lock%' AND p.proname NOT LIKE '%unlock%')").fetchall():
         conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(sql.SQL(proc)))

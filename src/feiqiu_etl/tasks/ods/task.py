@@ -181,7 +181,8 @@ class BaseOdsTask:
         if result is not None:
             return TaskStatistics(**base, state="finished", requests=result.total_requests,
                                   fetched=result.total_fetched, failures=len(result.errors),
-                                  rows_written=result.total_inserted + result.total_updated + result.total_skipped,
+                                  rows_written=result.total_inserted + result.total_updated,
+                                  rows_unchanged=result.total_skipped,
                                   rate_limited=result.rate_limited, seconds_writing=result.timing.get("write", 0.0))
         st = pipeline.statistics() if pipeline is not None else None
         if st is None or not st.running:
@@ -192,7 +193,7 @@ class BaseOdsTask:
         return TaskStatistics(
             **base, state="running", requests=st.requests,
             requests_remaining=max(expected - st.requests, known), fetched=st.fetched,
-            rows_written=st.rows_written, failures=st.failures, rate_limited=st.rate_limited,
+            rows_written=st.rows_written, rows_unchanged=st.rows_unchanged, failures=st.failures, rate_limited=st.rate_limited,
             queues=Queues(st.frontier, st.processing_queue, st.write_queue), seeds_left=st.seeds_left,
             batches_written=writer.batches_written if writer else 0,
             seconds_writing=writer.seconds_writing if writer else 0.0, elapsed_s=round(st.elapsed, 1))

@@ -50,9 +50,10 @@
   }
 
   function clock(iso) {
-    // the server's ISO time is in the warehouse's zone (Asia/Shanghai): show its HH:MM:SS as it is
-    var m = /T(\d\d:\d\d:\d\d)/.exec(iso || "");
-    return m ? m[1] : "";
+    // the server's ISO time is in the display zone (one time rule): its HH:MM:SS and its offset, as it is
+    var m = /T(\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)?/.exec(iso || "");
+    if (!m) return "";
+    return m[1] + (m[2] ? " " + (m[2] === "Z" ? "+00:00" : m[2]) : "");
   }
 
   function statusClass(s) {
@@ -76,7 +77,7 @@
         h("button", { type: "button", cls: "danger", "data-cancel": id, text: "Cancel…" })),
       h("progress", { max: "1", value: "0", "data-field": "progress" }),
       h("div", { cls: "stats" },
-        stat("tasks", "tasks"), stat("rows written", "rows_written"), stat("rows/s", "rows_per_s"),
+        stat("tasks", "tasks"), stat("rows written", "rows_written"), stat("unchanged", "rows_unchanged"), stat("rows/s", "rows_per_s"),
         stat("requests sent", "requests_sent"), stat("requests left", "requests_remaining"),
         stat("ETA", "eta"), stat("elapsed", "elapsed")),
       h("p", { cls: "note", "data-field": "note", hidden: "" }),
@@ -126,6 +127,7 @@
     setText(card, "beat", beat === null ? "" : "updated " + dur(Math.max(0, beat)) + " ago");
     setText(card, "tasks", (live.tasks_done || 0) + " / " + (live.tasks || 0));
     setText(card, "rows_written", num(live.rows_written));
+    setText(card, "rows_unchanged", num(live.rows_unchanged));
     setText(card, "rows_per_s", num(live.rows_per_s));
     setText(card, "requests_sent", num(live.requests_sent));
     setText(card, "requests_remaining", "~" + num(live.requests_remaining));
@@ -162,6 +164,7 @@
     if (run.tasks) setText(card, "tasks", String(run.tasks.length));
     setText(card, "phase", "finished");
     if (run.rows_written !== undefined) setText(card, "rows_written", num(run.rows_written));
+    if (run.rows_unchanged !== undefined) setText(card, "rows_unchanged", num(run.rows_unchanged));
     if (run.requests !== undefined) setText(card, "requests_sent", num(run.requests));
     setText(card, "requests_remaining", "-");
     setText(card, "eta", "-");
