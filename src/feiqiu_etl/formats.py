@@ -101,3 +101,25 @@ def duration(seconds: float | None) -> str:
         return f"{minutes}m{sec:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+_DURATION_PART = __import__("re").compile(r"([0-9]+(?:\.[0-9]+)?)([wdhms])", __import__("re").ASCII)
+_UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_seconds(text: str) -> float:
+    """A duration of an option in one form everywhere (issue 27): ``45m``, ``90s``, ``2h``, ``1h30m``, ``2d``, or
+    plain seconds (``90``, ``2.5``), as seconds. Raises ``ValueError`` with one line naming the forms."""
+    value = str(text).strip().lower()
+    forms = "45m, 90s, 2h, 1h30m or plain seconds"
+    try:
+        seconds = float(value) if value and value.replace(".", "", 1).isascii() and \
+            value.replace(".", "", 1).isdigit() else None
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        parts = _DURATION_PART.findall(value)
+        if not value or "".join(n + u for n, u in parts) != value or len({u for _, u in parts}) != len(parts):
+            raise ValueError(f"not a duration: {str(text)[:40]!r} ({forms})")
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    return seconds

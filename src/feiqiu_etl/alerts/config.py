@@ -187,7 +187,7 @@ def load_alerts(path: str | Path | None, environ: Mapping[str, str] | None = Non
         try:
             model = AlertsFileModel.model_validate(raw).alerts
         except ValidationError as exc:
-            raise AlertsConfigError(f"{p}: {describe(exc, raw, root='alerts')}") from None
+            raise AlertsConfigError(f"{p}: {describe(exc, raw, root='alerts', model=AlertsFileModel)}") from None
         source = str(p)
         for i, t in enumerate(model.targets):
             where = f"{p}: alerts.targets[{i}] ({t.name}).url_env"

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from feiqiu_etl.cli.options import (common_options, run_options, setup_logging, to_run_options,
+from feiqiu_etl.cli.options import (DURATION, common_options, run_options, setup_logging, to_run_options,
                                     with_pipeline_options)
 from feiqiu_etl.textsafe import escape, terminal_json
 
@@ -26,8 +26,8 @@ def _check_options(fn):
 
 @click.command()
 @_check_options
-@click.option("--wait-for-lane", type=float, metavar="SECONDS",
-              help="if a run holds a token's lane, wait up to this long (default: exit 6 at once)")
+@click.option("--wait-for-lane", type=DURATION, metavar="DURATION",
+              help="if a run holds a token's lane, wait up to this long: 45m, 90s or plain seconds (default: exit 6 at once)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @common_options
 def check(wait_for_lane, as_json, verbose, log_format, **p) -> None:

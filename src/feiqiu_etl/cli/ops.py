@@ -52,14 +52,14 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
 @click.group(invoke_without_command=True)
 @click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
 @click.option("--status", type=click.Choice(registry.STATUSES, case_sensitive=False), help="only runs with this status")
-@click.option("--store", type=int, help="only runs that included this store (site id)")
+@click.option("--store", type=int, metavar="SITE_ID", help="only runs that included this store (site id)")
 @dsn_option
 @json_option
 @common_options
 @click.pass_context
 def runs(ctx, limit, status, store, dsn, demo, as_json, verbose, log_format) -> None:
     """List runs, newest first: status, start, duration, stores, tasks, rows, requests, rejections, errors.
-    ``runs prune`` removes old runs' logs and timelines (cli/prune.py)."""
+    ``runs prune`` removes old runs' logs and timelines."""
     if ctx.invoked_subcommand is not None:
         return
     setup_logging(verbose, log_format)
@@ -190,7 +190,7 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
 
 @click.group(invoke_without_command=True)
 @click.option("--task", "task_code", help="only this task (e.g. ODS_SETTLEMENT)")
-@click.option("--site-id", type=int, help="only this store")
+@click.option("--site-id", type=int, metavar="SITE_ID", help="only this store")
 @dsn_option
 @json_option
 @common_options
@@ -221,7 +221,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
 @details.command("drop")
 @click.argument("task_code")
 @click.argument("parents", nargs=-1)
-@click.option("--site-id", type=int, help="only this store")
+@click.option("--site-id", type=int, metavar="SITE_ID", help="only this store")
 @click.option("--all", "drop_all", is_flag=True, help="drop every owed detail of the task (no PARENT given)")
 @dsn_option
 @common_options

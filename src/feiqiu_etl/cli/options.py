@@ -154,6 +154,26 @@ def emit(result, as_json: bool) -> None:
         click.echo("\n".join(escape(line) for line in alert_lines(data["alerts"])), err=True)
 
 
+class Duration(click.ParamType):
+    """A duration option in the one form every command takes (:func:`feiqiu_etl.formats.parse_seconds`: ``45m``,
+    ``90s``, ``2h``, plain seconds), as seconds (float)."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, (int, float)):
+            return value
+        from feiqiu_etl.formats import parse_seconds
+
+        try:
+            return parse_seconds(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
 def flag_options(*keys: str):
     """The click options of the settings flags (declared on the settings model: :func:`setting_flags`), all of
     them or those of ``keys``. Their text goes to the model as it is: it is typed (and checked) only there."""
@@ -185,12 +205,13 @@ def with_pipeline_options(fn):
 
 run_options = [
     click.option("--api-base", help="API base URL (env FEIQIU_API_BASE)"),
-    click.option("--site-id", "site_ids", multiple=True, help="store id(s); repeat or comma-separate"),
+    click.option("--site-id", "site_ids", multiple=True, metavar="SITE_ID", help="store id(s); repeat or comma-separate"),
     click.option("--token", help="API token (prefer env FEIQIU_API_TOKEN)"),
     click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
                  help="fleet file: named lanes (one per token) and their stores"),
     click.option("--lanes", "lanes_csv", default="", help="with --fleet: only these lanes (comma-separated)"),
-    click.option("--stores", "stores_csv", default="", help="with --fleet: only these stores (comma-separated ids)"),
+    click.option("--stores", "stores_csv", default="", metavar="SITE_ID,...",
+                 help="with --fleet: only these stores (comma-separated ids)"),
     click.option("--tasks", "tasks_csv", default="", help="comma-separated task codes (default: all)"),
     click.option("--window-start", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), inclusive'),
     click.option("--window-end", help='"YYYY-MM-DD HH:MM:SS" (Asia/Shanghai), exclusive'),

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from feiqiu_etl.cli.options import (collect_sets, common_options, emit, flag_options, layers, redacted_args,
+from feiqiu_etl.cli.options import (DURATION, collect_sets, common_options, emit, flag_options, layers, redacted_args,
                                     setup_logging, to_run_options, use_alerts, with_run_options)
 from feiqiu_etl.runner.launch import database
 from feiqiu_etl.textsafe import terminal_json
@@ -15,9 +15,10 @@ from feiqiu_etl.textsafe import terminal_json
 
 @click.command()
 @with_run_options
-@click.option("--timeout", type=float, help="cancel the run after this many seconds")
-@click.option("--wait-for-lane", type=float, metavar="SECONDS",
-              help="if another run holds a token's lane, wait up to this long (default: exit 6 at once)")
+@click.option("--timeout", type=DURATION, metavar="DURATION",
+              help="cancel the run after this long: 45m, 90s, 2h or plain seconds")
+@click.option("--wait-for-lane", type=DURATION, metavar="DURATION",
+              help="if another run holds a token's lane, wait up to this long: 45m, 90s or plain seconds (default: exit 6 at once)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @click.option("--no-progress", is_flag=True, help="no progress display or progress lines on stderr")
 @click.option("--alerts", "alerts_path", envvar="FEIQIU_ALERTS", type=click.Path(dir_okay=False), metavar="FILE",

@@ -141,8 +141,9 @@ def _ranges(items: list[dict[str, datetime]]):
 def _render(data: dict[str, Any]) -> None:
     """One table per store, then the DWD watermarks and the latest resets, fitted to the terminal like ``runs``
     (:func:`feiqiu_etl.report.fitted`): task and table names are never cut; a window range stays on one line;
-    the high-water mark is the end of the last finished range; ``horizon/snapshot`` is a windowed task's horizon
-    or a snapshot task's last snapshot; ``holes`` only when some task has one. When a store's table is still
+    the high-water mark is the end of the last finished range; ``horizon`` is a windowed task's horizon (the window
+    zone), ``snapshot`` a snapshot task's last snapshot (the display zone, named in its header): one zone per
+    column; ``holes`` only when some task has one. When a store's table is still
     too wide, each task is a block of lines instead."""
     from feiqiu_etl.report import fits, fitted, header_zone, stdout_console
 
@@ -150,22 +151,25 @@ def _render(data: dict[str, Any]) -> None:
     if not data["tasks"] and not data["dwd"]:
         console.print("no state recorded yet (a run records it)")
         return
-    upstream = header_zone(t["snapshot_at"] for t in data["tasks"]) == "+08:00"  # snapshots as the windows: no offset
-    head = "horizon/snapshot"
+    # one zone per column (issue 27): a windowed task's horizon is a window time (the upstream's zone, as the title
+    # says), a snapshot task's last snapshot an instant in the display zone, named in its header
+    zone = header_zone(t["snapshot_at"] for t in data["tasks"] if t["kind"] != "windowed")
+    snap = f"snapshot ({zone})" if zone else "snapshot"
     for site in sorted({t["site_id"] for t in data["tasks"]}):
         tasks = [t for t in data["tasks"] if t["site_id"] == site]
         rows = [{"task": t["task"], "finished": _ranges(t["finished"]), "holes": _ranges(t["holes"]),
-                 head: _day(t["horizon"]) if t["kind"] == "windowed" else
-                 when(t["snapshot_at"], seconds=False, offset=not upstream),
+                 "horizon": _day(t["horizon"]) if t["kind"] == "windowed" else "-",
+                 snap: "-" if t["kind"] == "windowed" else when(t["snapshot_at"], seconds=False, offset=zone is None),
                  "owed": str(t["owed_details"])} for t in tasks]
-        columns = ["task", "finished", *(["holes"] if any(t["holes"] for t in tasks) else []), head, "owed"]
-        table, _ = fitted(rows, columns, (), console.width, left=("task", "finished", "holes", head))
+        columns = ["task", "finished", *(["holes"] if any(t["holes"] for t in tasks) else []), "horizon", snap,
+                   "owed"]
+        table, _ = fitted(rows, columns, (), console.width, left=("task", "finished", "holes", "horizon", snap))
         console.print(f"store {site} ({WINDOW_ZONE})", style="bold")
         if fits(table, console.width):
             console.print(table)
             continue
         for row in rows:  # too wide: one block per task, every value whole
-            console.print(f"{row['task']}  {head} {row[head]}  owed {row['owed']}")
+            console.print(f"{row['task']}  horizon {row['horizon']}  {snap} {row[snap]}  owed {row['owed']}")
             for col in ("finished", "holes"):
                 if col in columns:
                     for n, line in enumerate(row[col].plain.splitlines()):

@@ -421,5 +421,5 @@ def load_connector(path: str | Path | None = None) -> Connector:
     try:
         model = ConnectorModel.model_validate(raw)
     except ValidationError as exc:
-        raise ConnectorError(f"{p}: {describe(exc, raw, root='connector')}") from None
+        raise ConnectorError(f"{p}: {describe(exc, raw, root='connector', model=ConnectorModel)}") from None
     return Connector(model, p)

@@ -6,6 +6,8 @@ Pure functions, no I/O. Times are naive ``datetime`` values in Asia/Shanghai at 
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -35,14 +37,44 @@ def fmt(value: datetime) -> str:
     return value.strftime(API_FORMAT)
 
 
+_SHAPE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})(?: (\d{2}):(\d{2}):(\d{2}))?$")
+
+
+def field_problem(text: str) -> str | None:
+    """Which field of a well-shaped ``YYYY-MM-DD[ HH:MM:SS]`` is out of range (``month 13 is not 01..12``,
+    ``day 31 is not in 2026-11 (01..30)``), None when none is or the text has another shape (issue 27)."""
+    import calendar
+
+    m = _SHAPE.match(text.strip())
+    if not m:
+        return None
+    year, month, day = (int(g) for g in m.groups()[:3])
+    if not 1 <= year:
+        return f"year {m.group(1)} is not a year"
+    if not 1 <= month <= 12:
+        return f"month {m.group(2)} is not 01..12"
+    last = calendar.monthrange(year, month)[1]
+    if not 1 <= day <= last:
+        return f"day {m.group(3)} is not in {year:04d}-{month:02d} (01..{last:02d})"
+    if m.group(4) is not None:
+        for name, value, top in (("hour", m.group(4), 23), ("minute", m.group(5), 59), ("second", m.group(6), 59)):
+            if int(value) > top:
+                return f"{name} {value} is not 00..{top:02d}"
+    return None
+
+
 def parse_local(text: str) -> datetime:
-    """Parse ``"YYYY-MM-DD HH:MM:SS"`` (or ``"YYYY-MM-DD"``). Raises ``ValueError`` with the bad text."""
+    """Parse ``"YYYY-MM-DD HH:MM:SS"`` (or ``"YYYY-MM-DD"``). Raises ``ValueError`` with the bad text: the field
+    out of range when the shape is right (:func:`field_problem`), else the expected format."""
     text = text.strip()
     for pattern in (API_FORMAT, "%Y-%m-%d"):
         try:
             return datetime.strptime(text, pattern)
         except ValueError:
             continue
+    problem = field_problem(text)
+    if problem:
+        raise ValueError(f"{problem}, in {text!r}")
     raise ValueError(f"expected 'YYYY-MM-DD HH:MM:SS', got {text!r}")
 
 
@@ -187,6 +219,9 @@ def day_range(first: str | None, last: str | None) -> tuple[datetime | None, dat
         try:
             day = datetime.strptime(text.strip(), "%Y-%m-%d")
         except ValueError:
+            problem = field_problem(text)
+            if problem:
+                raise ValueError(f"{flag}: {problem}, in {text.strip()!r}") from None
             raise ValueError(f"{flag}: expected a date YYYY-MM-DD, got {text!r}") from None
         if day < EARLIEST_WINDOW:
             raise ValueError(f"{flag}: {text.strip()} is before {EARLIEST_WINDOW:%Y-%m-%d}")

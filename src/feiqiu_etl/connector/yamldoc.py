@@ -42,20 +42,88 @@ def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
         raise error(f"{path}: invalid YAML{where}: {problem}") from None
 
 
-def describe(exc: ValidationError, raw: Any, *, root: str = "document") -> str:
-    """The first pydantic error as ``items[0] (name).field[2] (name).key: problem (and N more)``."""
-    err = exc.errors()[0]
+MAX_PROBLEMS = 8
+"""Problems named in one line at most (the rest are counted)."""
+
+
+def describe(exc: ValidationError, raw: Any, *, root: str = "document", model: Any = None) -> str:
+    """Every pydantic error as ``items[0] (name).field[2] (name).key: problem``, joined by ``; `` (at most
+    :data:`MAX_PROBLEMS`, then ``and N more``). An unknown key names the key it most likely means (difflib):
+    a required key missing next to it, or — with ``model``, the pydantic model validated — a key the model has
+    there (``token_evn: unknown key (did you mean token_env?)``); the "missing" error it explains is dropped."""
+    import difflib
+
+    errors = exc.errors()
+    consumed: set[tuple] = set()
+    texts: list[str] = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        if err["type"] != "extra_forbidden" or not loc:
+            continue
+        parent, key = loc[:-1], str(loc[-1])
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == parent]
+        present = set(_child_keys(raw, parent))
+        known = missing + [k for k in _fields_at(model, parent) if k not in present and k not in missing]
+        match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        if match and match[0] in missing:
+            consumed.add(parent + (match[0],))
+        err["_hint"] = f" (did you mean {match[0]}?)" if match else ""
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc in consumed:
+            continue
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        texts.append(f"{_where(loc, raw) or root}: {msg}{err.get('_hint', '')}")
+    more = f"; and {len(texts) - MAX_PROBLEMS} more" if len(texts) > MAX_PROBLEMS else ""
+    return "; ".join(texts[:MAX_PROBLEMS]) + more
+
+
+def _where(loc: tuple, raw: Any) -> str:
     parts: list[str] = []
     node: Any = raw
-    for head in err["loc"]:
+    for head in loc:
         if isinstance(head, int) and parts:
             parts[-1] += _named(node, head)
         else:
             parts.append(_shown_key(head))
         node = _child(node, head)
-    msg = err["msg"].removeprefix("Value error, ")
-    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{'.'.join(parts) or root}: {msg}{more}"
+    return ".".join(parts)
+
+
+def _child_keys(raw: Any, loc: tuple) -> list[str]:
+    node = raw
+    for head in loc:
+        node = _child(node, head)
+    return [str(k) for k in node] if isinstance(node, dict) else []
+
+
+def _fields_at(model: Any, loc: tuple) -> list[str]:
+    """The field names (and aliases) of the pydantic model found at ``loc`` inside ``model`` (lists and
+    optionals followed); [] when there is none."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def models_in(annotation: Any) -> list[type]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
+    current = [model] if model is not None else []
+    for head in loc:
+        if isinstance(head, int):
+            continue
+        found = []
+        for m in current:
+            field = m.model_fields.get(str(head))
+            if field is not None:
+                found += models_in(field.annotation)
+        current = found
+    names: list[str] = []
+    for m in current:
+        for name, field in m.model_fields.items():
+            names.append(field.alias or name)
+    return names
 
 
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

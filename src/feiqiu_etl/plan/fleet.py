@@ -136,7 +136,7 @@ def load_fleet(path: str | Path) -> FleetModel:
     try:
         return FleetModel.model_validate(raw)
     except ValidationError as exc:
-        raise FleetError(f"{p}: {describe(exc, raw, root='fleet')}") from None
+        raise FleetError(f"{p}: {describe(exc, raw, root='fleet', model=FleetModel)}") from None
 
 
 def resolve_tokens(fleet: FleetModel, environ: Mapping[str, str], path: str | Path = "fleet") -> dict[str, str]:

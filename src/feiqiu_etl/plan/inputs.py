@@ -171,8 +171,14 @@ def window_settings(settings: Settings, start: str | None, end: str | None,
     if start or end:
         if not (start and end):
             raise ConfigError("--window-start and --window-end go together")
+        bounds = []
+        for flag, text in (("--window-start", start), ("--window-end", end)):
+            try:
+                bounds.append(parse_local(text))
+            except ValueError as exc:
+                raise ConfigError(f"{flag}: {exc}") from None
         try:
-            explicit = Window(parse_local(start), parse_local(end))
+            explicit = Window(*bounds)
         except ValueError as exc:
             raise ConfigError(f"bad window: {exc}") from None
         latest = (now or local_now()) + timedelta(days=366)

@@ -136,6 +136,7 @@ class LaneGuard:
         started = time.monotonic()
         outcome: dict[str, Exception | None] = {}
         todo: dict[str, str] = {}
+        refused: set[str] = set()  # lanes another process held at some try
         with self._lock:
             tokens = {token_part(k) for k in self._held}
             for name, key in lanes:
@@ -155,11 +156,17 @@ class LaneGuard:
                         outcome[name] = exc
                         del todo[key]
                         continue
+                    if not taken:
+                        refused.add(key)
                     if taken:
                         outcome[name] = None
                         del todo[key]
-                        if time.monotonic() - started > POLL:
-                            log.warning("lane %s: got the lane after waiting %.1f s", name, time.monotonic() - started)
+                        if key in refused:  # another run held it: a wait worth saying (not a slow database)
+                            log.warning("lane %s: got the lane after waiting %.1f s for another run", name,
+                                        time.monotonic() - started)
+                        elif time.monotonic() - started > POLL:
+                            log.info("lane %s: took the lane in %.1f s (the database was slow; no run held it)",
+                                     name, time.monotonic() - started)
                         if on_acquired is not None:
                             on_acquired(name)
                 waited = time.monotonic() - started
