@@ -44,7 +44,7 @@ def _need_dagster() -> None:
 
     missing = [m for m in ("dagster", "dagster_postgres", "dagster_webserver") if importlib.util.find_spec(m) is None]
     if missing:
-        raise UsageFailure(f"feiqiu-etl dagster needs {missing[0]}: pip install 'feiqiu-etl[dagster]'")
+        raise UsageFailure(f"feiqiu-etl dagster needs {missing[0]}: pip install '.[dagster]' in the clone of feiqiu-etl")
 
 
 def dagster_home(given: str | None) -> Path:
