@@ -12,6 +12,7 @@ reset``, :mod:`feiqiu_etl.registry.state`) and each store's measured size (``sto
 
 from __future__ import annotations
 
+import hashlib
 from typing import Iterable
 
 import psycopg
@@ -184,9 +185,21 @@ CREATE TABLE IF NOT EXISTS etl_meta.store_size (
 """
 
 
+_DDL_HASH = hashlib.sha256((_META_DDL + _RUN_DDL + _RUN_TABLES).encode()).hexdigest()[:16]
+"""What the etl_meta DDL of this version is: recorded once applied, so that the next command skips it."""
+
+
 def ensure_schemas(conn: psycopg.Connection) -> None:
     """CREATE SCHEMA IF NOT EXISTS for ods, dwd, etl_meta plus the etl_meta tables (migrating older ones in
-    place: new columns are added, nothing is dropped). Commits."""
+    place: new columns are added, nothing is dropped). Commits. A database this DDL was applied to already
+    (``etl_meta.schema_version`` holds its hash) costs one SELECT and no lock (issue 27: read-only commands)."""
+    try:
+        with conn.transaction():
+            done = conn.execute("SELECT 1 FROM etl_meta.schema_version WHERE ddl_hash = %s", (_DDL_HASH,)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        done = None
+    if done:
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('feiqiu_etl.ddl'))")
         for schema in SCHEMAS:
@@ -198,6 +211,9 @@ def ensure_schemas(conn: psycopg.Connection) -> None:
         if not migrated:  # ALTER TABLE locks the table: only when a column is missing
             conn.execute(_RUN_DDL)
         conn.execute(_RUN_TABLES)
+        conn.execute("CREATE TABLE IF NOT EXISTS etl_meta.schema_version (ddl_hash text PRIMARY KEY, "
+                     "applied_at timestamptz NOT NULL DEFAULT now())")
+        conn.execute("INSERT INTO etl_meta.schema_version (ddl_hash) VALUES (%s) ON CONFLICT DO NOTHING", (_DDL_HASH,))
 
 
 def ensure_ods_tables(conn: psycopg.Connection, specs: Iterable[OdsTaskSpec]) -> None:

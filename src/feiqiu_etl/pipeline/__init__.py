@@ -2,25 +2,25 @@
 
 Nothing in this package knows about Feiqiu, HTTP or PostgreSQL: requests are sent through a
 ``transport`` callable, processed by ``process_fn`` and written by ``write_fn`` supplied by the caller.
+
+The names below are imported from their modules when first used (``from feiqiu_etl.pipeline import X``
+works as before): a command that needs only ``pipeline.config`` or ``pipeline.cancellation`` does not load the
+whole engine (issue 27: read-only commands within a second).
 """
 
-from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl.pipeline.clock import Clock, FakeClock, SystemClock
-from feiqiu_etl.pipeline.errors import AbortPipeline, Cancelled
-from feiqiu_etl.pipeline.models import (
-    PipelineRequest,
-    PipelineResult,
-    ProcessOutput,
-    ResponseItem,
-    WriteResult,
-)
-from feiqiu_etl.pipeline.rate_limiter import RateLimiter
-from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
-from feiqiu_etl.pipeline.unified_pipeline import UnifiedPipeline
-from feiqiu_etl.pipeline.work_tracker import WorkTracker
+import importlib
 
-__all__ = [
-    "AbortPipeline", "CancellationToken", "Cancelled", "Clock", "FakeClock", "PipelineRequest",
-    "PipelineResult", "ProcessOutput", "RateLimiter", "RequestScheduler", "ResponseItem",
-    "SystemClock", "UnifiedPipeline", "WorkTracker", "WriteResult",
-]
+_WHERE = {
+    "CancellationToken": "cancellation", "Clock": "clock", "FakeClock": "clock", "SystemClock": "clock",
+    "AbortPipeline": "errors", "Cancelled": "errors", "PipelineRequest": "models", "PipelineResult": "models",
+    "ProcessOutput": "models", "ResponseItem": "models", "WriteResult": "models", "RateLimiter": "rate_limiter",
+    "RequestScheduler": "request_scheduler", "UnifiedPipeline": "unified_pipeline", "WorkTracker": "work_tracker",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"feiqiu_etl.pipeline.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
