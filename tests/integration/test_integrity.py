@@ -1,47 +1,166 @@
-"""Issue 25 against the real simulator and PostgreSQL: paging follows ``total``, a short listing is fetched again
-in the same run (verdict ``refetched``), one that stays short ends the run PARTIAL as a hole that the next run
-fills; an unexpected zero day is fetched once more and alerted, not blocked (tasks/ods/reconcile.py)."""
+"""Issue 25 "Done when: short pages" against the real simulator and PostgreSQL (tasks/ods/reconcile.py): paging
+follows ``total``; one page of a snapshot and of two windowed lists each missing one record are fetched again in
+the same run, exact, verdict ``refetched``, at most one extra listing each; a short page that repeats ends the
+run PARTIAL with the window a hole (``state show`` names it) that the next clean run fills; a day that answers
+zero against its trailing median is fetched once more and alerted, not blocked."""
 
 from __future__ import annotations
+
+import json
+from datetime import timedelta
 
 import psycopg
 import pytest
 
+from feiqiu_etl.registry.state import read_state
+from feiqiu_etl.report import reconcile_lines
 from feiqiu_etl.simulator import Simulator
-from flowkit import CONNECTOR, run_flow, sim_config, store_exact
+from flowkit import ANCHOR, CONNECTOR, expected_rows, options, run_flow, run_opts, sim_config, store_exact
 
-MEMBER, SETTLEMENT, PAYMENT = "ODS_MEMBER", "ODS_SETTLEMENT", "ODS_PAYMENT"
-TASKS = [MEMBER, SETTLEMENT, PAYMENT]
+SNAPSHOT, SALES, TABLE_USE = "ODS_GOODS", "ODS_GOODS_SALE", "ODS_TABLE_USE"
+TASKS = [SNAPSHOT, SALES, TABLE_USE]
 PATHS = {code: CONNECTOR.task(code).endpoint for code in TASKS}
+SITE = 8640015201004417
+# ten times the small store: 300 goods (2 pages of 200), 480 sales and 378 table uses in 2 days (3 and 2 pages)
+CLEAN_PAGES = {SNAPSHOT: 2, SALES: 3, TABLE_USE: 2}
 
 
-def list_requests(sim: Simulator, code: str) -> list:
-    return [e for e in sim.request_log() if e.path == PATHS[code]]
+def list_requests(sim: Simulator, code: str) -> int:
+    return sum(1 for e in sim.request_log() if e.path == PATHS[code])
 
 
 def verdicts(dsn: str, run_id: str) -> dict:
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT task_code, verdict, count(*) FROM etl_meta.listing_reconcile WHERE run_id = %s "
-                            "GROUP BY 1, 2", (run_id,)).fetchall()
-    out: dict = {}
-    for task, verdict, n in rows:
-        out.setdefault(task, {})[verdict] = n
-    return out
+        rows = conn.execute("SELECT task_code, verdict, listings, pages, distinct_keys, first_total, ods_inserted "
+                            "FROM etl_meta.listing_reconcile WHERE run_id = %s ORDER BY task_code",
+                            (run_id,)).fetchall()
+    return {r[0]: r[1:] for r in rows}
 
 
 @pytest.fixture
 def sim():
-    with Simulator(sim_config(seed=5, days=2)) as s:
+    with Simulator(sim_config(seed=5, days=2, site_factors={SITE: 10})) as s:
         yield s
 
 
 def test_one_short_page_each_is_fetched_again_in_the_same_run_and_exact(sim, pg_dsn):
-    site = sim.config.site_ids[0]
-    clean_requests = {}
     for code in TASKS:
-        sim.inject(PATHS[code], "short_page", count=1)
+        sim.inject(PATHS[code], "short_page", count=1)  # page 1 of each listing misses one record
     result = run_flow(sim, pg_dsn, tasks=TASKS)
-    assert result.status == "SUCCESS", result.to_dict()["errors"] if hasattr(result, "errors") else result.to_dict()
-    store_exact(pg_dsn, sim, site, TASKS)
+    assert result.status == "SUCCESS", result.to_dict()
+    store_exact(pg_dsn, sim, SITE, TASKS)
     got = verdicts(pg_dsn, result.run_id)
-    print(got, {c: len(list_requests(sim, c)) for c in TASKS})
+    totals = {code: len(expected_rows(sim, CONNECTOR.task(code), SITE)) for code in TASKS}
+    assert totals == {SNAPSHOT: 300, SALES: 480, TABLE_USE: 378}
+    for code in TASKS:
+        # one listing again, from page 1: the clean pages twice at most (the short first listing asked no more)
+        assert list_requests(sim, code) == 2 * CLEAN_PAGES[code], code
+        assert got[code] == ("refetched", 2, 2 * CLEAN_PAGES[code], totals[code], totals[code], totals[code])
+    # the run's summary says so too (show RUN's reconcile section)
+    lines = [text for text, _ in reconcile_lines([t.to_dict() for t in result.tasks])]
+    assert lines[0].startswith("reconcile: 3 listing(s): 3 refetched; 3 refetched of a budget of 6")
+    assert any("ODS_GOODS " in line and "snapshot: refetched" in line for line in lines)
+    goods = next(t for t in result.tasks if t.task_code == SNAPSHOT)
+    assert goods.snapshot_note == "complete; 0 row(s) soft-deleted"
+
+    sim.clear_log()  # a clean upstream: no request beyond the pages
+    again = run_flow(sim, pg_dsn, tasks=TASKS)
+    assert again.status == "SUCCESS"
+    assert {code: list_requests(sim, code) for code in TASKS} == CLEAN_PAGES
+    assert {code: v[0] for code, v in verdicts(pg_dsn, again.run_id).items()} == dict.fromkeys(TASKS, "ok")
+
+
+def test_a_short_page_that_repeats_ends_partial_stays_a_hole_and_the_next_run_fills_it(sim, pg_dsn):
+    sim.inject(PATHS[TABLE_USE], "short_page", count=1000)  # every page of every listing, until cleared
+    incremental = dict(window=False, now=ANCHOR, overrides={"window.initial_days": 2})
+    first = run_opts(options(sim, tasks=[TABLE_USE, SALES], **incremental), pg_dsn)
+    assert first.status == "PARTIAL"
+    task = next(t for t in first.tasks if t.task_code == TABLE_USE)
+    assert task.status == "PARTIAL"
+    [error] = task.result.errors
+    assert error["error"] == "listing short: 376 distinct keys of total 378, also after a refetch"  # 1 per page
+    assert list_requests(sim, TABLE_USE) == 2 * CLEAN_PAGES[TABLE_USE]  # one refetch, never more
+    assert verdicts(pg_dsn, first.run_id)[TABLE_USE][:2] == ("short", 2)
+    assert next(t for t in first.tasks if t.task_code == SALES).status == "SUCCESS"
+    with psycopg.connect(pg_dsn) as conn:
+        state = {t["task"]: t for t in read_state(conn, "feiqiu", site_id=SITE)["tasks"]}
+    assert state[SALES]["holes"] == [] and state[SALES]["finished"]
+    assert state[TABLE_USE]["finished"] == []
+    [hole] = state[TABLE_USE]["holes"]
+    assert (hole["start"], hole["end"]) == (ANCHOR - timedelta(days=2), ANCHOR)
+    assert hole["reason"].startswith("short: 376 distinct keys of total 378") and first.run_id in hole["reason"]
+    from clikit import cli
+
+    shown = cli("state", "show", "--store", str(SITE), "--dsn", pg_dsn)
+    assert shown.returncode == 0, shown.stderr
+    assert "(short)" in shown.stdout and f"hole 2024-03-02 → 2024-03-04 of store {SITE} ODS_TABLE_USE: short" \
+        in " ".join(shown.stdout.split())
+    as_json = json.loads(cli("state", "show", "--store", str(SITE), "--dsn", pg_dsn, "--json").stdout)
+    assert [h["reason"][:6] for t in as_json["tasks"] if t["task"] == TABLE_USE for h in t["holes"]] == ["short:"]
+
+    sim.clear_faults()
+    sim.clear_log()
+    second = run_opts(options(sim, tasks=[TABLE_USE, SALES], **incremental), pg_dsn)
+    assert second.status == "SUCCESS", second.to_dict()
+    store_exact(pg_dsn, sim, SITE, [TABLE_USE, SALES])
+    assert list_requests(sim, TABLE_USE) == CLEAN_PAGES[TABLE_USE]
+    with psycopg.connect(pg_dsn) as conn:
+        state = {t["task"]: t for t in read_state(conn, "feiqiu", site_id=SITE)["tasks"]}
+    assert state[TABLE_USE]["holes"] == [] and state[TABLE_USE]["finished"]
+
+
+def test_a_listing_short_with_no_refetch_left_is_short_at_once(sim, pg_dsn):
+    sim.inject(PATHS[SALES], "short_page", count=1)
+    result = run_flow(sim, pg_dsn, tasks=[SALES], overrides={"integrity.refetch_listings": 0})
+    assert result.status == "PARTIAL"
+    assert verdicts(pg_dsn, result.run_id)[SALES][:2] == ("short", 1)
+    assert list_requests(sim, SALES) == CLEAN_PAGES[SALES]
+    assert "no refetch left (0 per task and run)" in result.tasks[0].result.errors[0]["error"]
+
+
+def test_a_total_that_moves_is_fetched_again_and_recorded(sim, pg_dsn):
+    sim.inject(PATHS[SNAPSHOT], "total_moves", count=1)  # page 1 says 301
+    result = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
+    assert result.status == "SUCCESS"
+    store_exact(pg_dsn, sim, SITE, [SNAPSHOT])
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT verdict, first_total, totals_moved, reason FROM etl_meta.listing_reconcile "
+                           "WHERE run_id = %s", (result.run_id,)).fetchone()
+    assert row[:3] == ("refetched", 301, [300])
+    assert "300 distinct keys of total 301" in row[3]
+
+
+def test_a_day_that_answers_zero_against_its_median_is_fetched_again_and_alerted_not_blocked(pg_dsn):
+    days = 22  # three weeks of history: every weekday has its trailing median
+    with Simulator(sim_config(seed=5, days=days)) as sim:
+        history = run_flow(sim, pg_dsn, tasks=[TABLE_USE], window_start=_day(ANCHOR - timedelta(days=days)),
+                           window_end=_day(ANCHOR - timedelta(days=1)))
+        assert history.status == "SUCCESS"
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=2, day=_day(ANCHOR - timedelta(days=1))[:10])
+        sim.clear_log()
+        day = dict(window_start=_day(ANCHOR - timedelta(days=1)), window_end=_day(ANCHOR))
+        zero = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **day)
+        assert zero.status == "SUCCESS"  # alerted, not blocked: stores close on holidays
+        assert list_requests(sim, TABLE_USE) == 2  # fetched once more
+        with psycopg.connect(pg_dsn) as conn:
+            verdict, expected, reason = conn.execute(
+                "SELECT verdict, expected_rows, reason FROM etl_meta.listing_reconcile WHERE run_id = %s",
+                (zero.run_id,)).fetchone()
+            assert verdict == "unexpected_zero" and expected >= 10 and "also after a refetch" in reason
+            checkpoint = conn.execute("SELECT count(*) FROM etl_meta.window_progress WHERE run_id = %s",
+                                      (zero.run_id,)).fetchone()[0]
+        assert checkpoint == 1
+        # a one-off zero: the refetch answers the day's rows, verdict refetched, exact
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=1)
+        once = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **day)
+        assert once.status == "SUCCESS"
+        assert verdicts(pg_dsn, once.run_id)[TABLE_USE][0] == "refetched"
+        # below the floor: 0 rows is believed (no refetch)
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=1)
+        sim.clear_log()
+        believed = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 1000}, **day)
+        assert list_requests(sim, TABLE_USE) == 1 and verdicts(pg_dsn, believed.run_id)[TABLE_USE][0] == "ok"
+
+
+def _day(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S")
