@@ -26,10 +26,9 @@ from feiqiu_etl import logs
 from feiqiu_etl.formats import UPSTREAM_ZONE, duration, in_display_zone, utc_offset, when
 from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
+from feiqiu_etl.common.status import STYLES, Status
 
 ERRORS_SHOWN = 3
-STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
-                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue", "DEADLINE": "blue"}
 
 
 class SafeConsole(Console):
@@ -79,7 +78,7 @@ def compact_table() -> Table:
 
 
 def _status(status: str | None) -> Text:
-    return Text(status or "-", style=STATUS_STYLE.get(status or "", ""))
+    return Text(status or "-", style=STYLES.get(status or "", ""))
 
 
 # ----------------------------------------------------------------------------------------------- run summary
@@ -177,7 +176,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     tasks = data.get("tasks", [])
     line = Text.assemble(f"run {data['run_id']}: ", _status(data["status"]))
     error = data.get("error") or ""
-    if data["status"] == "CANCELLED" and error.startswith("cancelled (") and error.endswith(")"):
+    if data["status"] == Status.CANCELLED and error.startswith("cancelled (") and error.endswith(")"):
         error = error[len("cancelled ("):-1]  # "CANCELLED (signal)", not "CANCELLED (cancelled (signal))"
     if error:
         line.append(f" ({error})")
@@ -693,7 +692,7 @@ def render_status(runs: list[dict], console: Console | None = None) -> None:
         return
     for r in runs:
         live = recorded_live(r.get("live"))
-        console.print(Text.assemble(f"run {r['run_id']} ", _status("RUNNING"),
+        console.print(Text.assemble(f"run {r['run_id']} ", _status(Status.RUNNING),
                                     f" for {duration(r.get('duration'))} on {r.get('host')} pid {r.get('pid')}, "
                                     f"heartbeat {r.get('heartbeat_age') or 0:.0f} s ago"))
         if live is not None:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
 from feiqiu_etl.api.client import RetryPolicy
-from feiqiu_etl.config.settings import fingerprint
+from feiqiu_etl.common.lanes import fingerprint, lane_key
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
@@ -160,7 +160,7 @@ class LanePlan:
 
     @property
     def key(self) -> str:
-        return f"{self.connector}:{self.token.fingerprint()}"
+        return lane_key(self.connector, self.token.value)
 
     @property
     def active_stores(self) -> int:
@@ -257,11 +257,6 @@ class RunPlan:
     retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
     started: datetime | None = None
-
-    @property
-    def db_unavailable_limit(self) -> float:
-        """``db.unavailable_limit`` (s)."""
-        return self.db.unavailable_limit
 
     @property
     def stores(self) -> tuple[int, ...]:

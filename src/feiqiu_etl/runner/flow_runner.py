@@ -36,7 +36,8 @@ from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
 from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
-from feiqiu_etl.runner.results import FAILED, RunResult
+from feiqiu_etl.common.status import Status
+from feiqiu_etl.runner.results import RunResult
 from feiqiu_etl import registry
 from feiqiu_etl.registry.control import RunControl
 from feiqiu_etl.registry import Invocation
@@ -266,7 +267,7 @@ class FlowRunner:
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
             log.error("DWD load failed: %s", one_line(exc))
-            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": one_line(exc)}],
+            return {"status": Status.FAILED, "tables": [], "errors": [{"table": "*", "error": one_line(exc)}],
                     "succeeded": 0, "failed": 0}
         out = summary.to_dict()
         out["status"] = summary.status

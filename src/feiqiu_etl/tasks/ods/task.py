@@ -37,6 +37,7 @@ from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotSt
 from feiqiu_etl.tasks.ods.reconcile import IntegrityRules, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
+from feiqiu_etl.common.status import Status
 
 
 class PlannedTask(Protocol):
@@ -127,7 +128,7 @@ class TaskRun:
     def not_run(cls, task: PlannedTask, reason: str, status: str, lane: str | None = None) -> "TaskRun":
         """A planned task that never started (its store or lane stopped, or the run was cancelled)."""
         spec = task.spec
-        result = PipelineResult(status=status, cancelled=status == "CANCELLED")
+        result = PipelineResult(status=status, cancelled=status == Status.CANCELLED)
         return cls(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,
                    [(fmt(w.start), fmt(w.end)) for w in task.windows], lane=lane, skipped=reason)
 
