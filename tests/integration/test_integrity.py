@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from feiqiu_etl.registry.state import read_state
-from feiqiu_etl.report import reconcile_lines
+from feiqiu_etl.formats import reconcile_lines
 from feiqiu_etl.simulator import Simulator
 from flowkit import ANCHOR, CONNECTOR, expected_rows, options, run_flow, run_opts, sim_config, store_exact
 

@@ -144,6 +144,8 @@ class Reconciler:
         self.limit = limit
         self.expected = dict(expected or {})
         self.refetches = 0
+        self.recorded: list[ListingOutcome] = []
+        """The outcomes recorded so far (``etl_meta.listing_reconcile`` rows of this task), in order."""
         self._attempts: dict[Hashable, list[_Attempt]] = {}
         self._final: dict[Hashable, tuple[str, str | None]] = {}
         self._lock = threading.Lock()
