@@ -250,3 +250,14 @@ def test_a_snapshot_that_answers_total_0_reconciles_ok_and_the_trust_hook_refuse
     outcome = ListingOutcome("snapshot", first_total=row[1], pages=row[2], rows_received=row[3],
                              distinct_keys=row[4], verdict=row[5])
     assert snapshot_trust(outcome, live_rows=300) is not None
+
+
+def test_a_listing_whose_page_failed_is_recorded_incomplete(sim, pg_dsn):
+    sim.inject(PATHS[SALES], "code50001", count=3)  # page 1 fails its 3 attempts
+    result = run_flow(sim, pg_dsn, tasks=[SALES, TABLE_USE])
+    assert result.status == "PARTIAL"
+    with psycopg.connect(pg_dsn) as conn:
+        verdict, reason, pages = conn.execute(
+            "SELECT verdict, reason, pages FROM etl_meta.listing_reconcile WHERE run_id = %s AND task_code = %s",
+            (result.run_id, SALES)).fetchone()
+    assert (verdict, pages) == ("incomplete", 0) and "did not end" in reason
