@@ -266,6 +266,8 @@ class IntegrityModel(_Strict):
     refetch_listings: int = Field(2, ge=0, le=1000)
     zero_floor: int = Field(20, ge=0)
     zero_weeks: int = Field(4, ge=2, le=52)
+    max_delete_share: float = Field(0.2, ge=0, le=1)
+    max_delete_rows: int = Field(5, ge=0, le=10_000_000)
 
 
 class ConnectorModel(_Strict):

@@ -456,12 +456,29 @@ class OdsWriter:
         with self.conn.transaction():
             deleted = self._soft_delete_missing(self.layouts[self.spec.table], site_id, list(seen_keys), deleted_at)
             if complete_at is not None:
-                self.conn.execute(
-                    "INSERT INTO etl_meta.snapshot_done (connector, task_code, site_id, completed_at, run_id) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) DO UPDATE SET "
-                    "completed_at = EXCLUDED.completed_at, run_id = EXCLUDED.run_id",
-                    (self.connector, self.spec.code, site_id, complete_at, self.run_id))
+                self._snapshot_done(site_id, complete_at)
             return deleted
+
+    def guarded_delete(self, site_id: int, seen_keys: Iterable[tuple], deleted_at: datetime, rules,
+                       *, complete_at: datetime | None = None):
+        """:meth:`mark_missing_as_deleted` through the deletion guard (:mod:`feiqiu_etl.tasks.ods.deletions`,
+        ``rules`` a ``GuardRules``): one transaction; returns its ``GuardOutcome`` (rows deleted, held back)."""
+        from feiqiu_etl.tasks.ods.deletions import guard_snapshot
+
+        with self.conn.transaction():
+            outcome = guard_snapshot(self.conn, self.layouts[self.spec.table], connector=self.connector,
+                                     task=self.spec.code, site_id=site_id, run_id=self.run_id, seen=seen_keys,
+                                     deleted_at=deleted_at, rules=rules)
+            if complete_at is not None:
+                self._snapshot_done(site_id, complete_at)
+            return outcome
+
+    def _snapshot_done(self, site_id: int, complete_at: datetime) -> None:
+        self.conn.execute(
+            "INSERT INTO etl_meta.snapshot_done (connector, task_code, site_id, completed_at, run_id) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) DO UPDATE SET "
+            "completed_at = EXCLUDED.completed_at, run_id = EXCLUDED.run_id",
+            (self.connector, self.spec.code, site_id, complete_at, self.run_id))
 
     def _soft_delete_missing(self, layout: TableLayout, site_id: int, seen: list[tuple], deleted_at: datetime,
                              parent: tuple[str, Any] | None = None) -> int:
