@@ -144,11 +144,24 @@ def _decide(conn: psycopg.Connection, hold_id: int, status: str, applied: int, *
                  "decided_run = %s, decided_by = %s WHERE id = %s", (status, applied, run_id, by, hold_id))
 
 
-def guard_snapshot(conn: psycopg.Connection, layout, *, connector: str, task: str, site_id: int, run_id: str,
-                   seen: Iterable[tuple], deleted_at: datetime, rules: GuardRules) -> GuardOutcome:
-    """Soft-delete what a complete snapshot (``seen``: the keys it showed, converted like the key columns) may
-    delete and hold back the rest (module docstring). Runs in the caller's transaction (the writer's, with
-    the snapshot's completion record)."""
+@dataclass(frozen=True)
+class Snapshot:
+    """Which snapshot the guard judges: ``task`` of ``connector`` at ``site_id`` in run ``run_id``, the keys
+    it showed (``seen``, converted like the key columns) and the time its deletions are stamped with."""
+
+    connector: str
+    task: str
+    site_id: int
+    run_id: str
+    seen: frozenset
+    deleted_at: datetime
+
+
+def guard_snapshot(conn: psycopg.Connection, layout, snapshot: Snapshot, rules: GuardRules) -> GuardOutcome:
+    """Soft-delete what a complete ``snapshot`` may delete and hold back the rest (module docstring). Runs in
+    the caller's transaction (the writer's, with the snapshot's completion record)."""
+    connector, task, site_id, run_id = snapshot.connector, snapshot.task, snapshot.site_id, snapshot.run_id
+    seen, deleted_at = snapshot.seen, snapshot.deleted_at
     table = _Table.of(layout)
     seen_keys = {_normal(k) for k in seen}
     live = _live_keys(conn, table, site_id)
@@ -238,4 +251,4 @@ def accept(conn: psycopg.Connection, layout, *, connector: str, task: str, site_
     return Accepted(row[0], len(keys), deleted, user, row[2], row[3], row[4], row[5])
 
 
-__all__ = ["Accepted", "GuardOutcome", "GuardRules", "accept", "guard_snapshot", "pending"]
+__all__ = ["Accepted", "GuardOutcome", "GuardRules", "Snapshot", "accept", "guard_snapshot", "pending"]

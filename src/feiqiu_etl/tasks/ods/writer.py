@@ -492,12 +492,11 @@ class OdsWriter:
                        *, complete_at: datetime | None = None):
         """:meth:`mark_missing_as_deleted` through the deletion guard (:mod:`feiqiu_etl.tasks.ods.deletions`,
         ``rules`` a ``GuardRules``): one transaction; returns its ``GuardOutcome`` (rows deleted, held back)."""
-        from feiqiu_etl.tasks.ods.deletions import guard_snapshot
+        from feiqiu_etl.tasks.ods.deletions import Snapshot, guard_snapshot
 
+        snapshot = Snapshot(self.connector, self.spec.code, site_id, self.run_id, frozenset(seen_keys), deleted_at)
         with self.conn.transaction():
-            outcome = guard_snapshot(self.conn, self.layouts[self.spec.table], connector=self.connector,
-                                     task=self.spec.code, site_id=site_id, run_id=self.run_id, seen=seen_keys,
-                                     deleted_at=deleted_at, rules=rules)
+            outcome = guard_snapshot(self.conn, self.layouts[self.spec.table], snapshot, rules)
             if outcome.deleted and self.spec.owes_details:
                 self.owe_for_deleted(site_id, deleted_at)
             if complete_at is not None:
