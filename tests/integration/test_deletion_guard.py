@@ -171,6 +171,13 @@ def test_a_small_deletion_under_the_thresholds_is_applied_at_once_and_the_thresh
                           overrides={"integrity.max_delete_rows": 1, "integrity.max_delete_share": 0.05})
         assert strict.status == "PARTIAL" and strict.tasks[0].deletions["held"] == 2
         assert live(pg_dsn, "ods.goods") == (total - 5, 5)
+        # an empty snapshot is held back even under both thresholds (3 areas: not more than 5 rows)
+        assert run_flow(sim, pg_dsn, tasks=["ODS_TABLE_AREA"], window=False).status == "SUCCESS"
+        assert live(pg_dsn, "ods.table_area") == (3, 0)
+        sim.inject(CONNECTOR.task("ODS_TABLE_AREA").endpoint, "total_zero", count=5)
+        empty = run_flow(sim, pg_dsn, tasks=["ODS_TABLE_AREA"], window=False)
+        assert empty.status == "PARTIAL" and empty.tasks[0].deletions["empty"] is True
+        assert live(pg_dsn, "ods.table_area") == (3, 0)
     bad = cli("plan", "--set", "integrity.max_delete_share=1.5", "--dsn", pg_dsn)
     assert bad.returncode == 2 and "integrity.max_delete_share must be <= 1" in bad.stderr, bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
