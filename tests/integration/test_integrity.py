@@ -164,3 +164,79 @@ def test_a_day_that_answers_zero_against_its_median_is_fetched_again_and_alerted
 
 def _day(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_a_short_listing_is_shown_exported_and_alerted_once(sim, pg_dsn):
+    """The whole product face of a listing that stays short: a real ``feiqiu-etl run`` process ends PARTIAL
+    (exit 3) and sends one alert naming the listing (RECONCILE), ``show RUN`` has its reconcile section, the run
+    page too, and ``/metrics`` counts the verdicts."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from starlette.testclient import TestClient
+
+    from alertkit import WebhookReceiver
+    from clikit import cli, env_for, run_args
+    from feiqiu_etl.registry.freshness import Schedule
+    from feiqiu_etl.web.app import WebSettings, create_app
+    from feiqiu_etl.web.metrics import families, read_snapshot
+
+    sim.inject(PATHS[TABLE_USE], "short_page", count=1000)
+    sim.inject(PATHS[SALES], "short_page", count=1)
+    with WebhookReceiver() as hook:
+        proc = cli(*run_args(sim, pg_dsn, "--tasks", f"{TABLE_USE},{SALES}")[3:],
+                   env=env_for(sim.config.token, FEIQIU_ALERT_URLS=hook.url))
+        assert proc.returncode == 3, proc.stderr[-800:]
+        run = json.loads(proc.stdout)
+        [message] = hook.messages()
+    assert run["status"] == "PARTIAL"
+    assert "RECONCILE" in message["title"] or "RECONCILE" in message["message"]
+    assert f"listings not exact against their total: {TABLE_USE} {SITE} 2024-03-02 00:00:00 - 2024-03-04 00:00:00 " \
+           "short (376 distinct keys of total 378, also after a refetch)" in message["message"]
+    assert SALES not in message["message"].split("listings not exact")[1].split("\n")[0]  # refetched: no alert
+    shown = cli("show", run["run_id"], "--dsn", pg_dsn)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "reconcile: 2 listing(s): 1 refetched, 1 short; 2 refetched of a budget of 4" in text
+    assert f"{TABLE_USE} {SITE} 2024-03-02 00:00:00 … 2024-03-04 00:00:00: short: 376 distinct keys of total 378" in text
+    assert f"{SALES} {SITE} 2024-03-02 00:00:00 … 2024-03-04 00:00:00: refetched: listing 1: 479 distinct keys" in text
+    with TestClient(create_app(WebSettings(dsn=pg_dsn, connector="feiqiu", task_codes=tuple(TASKS))),
+                    base_url="http://127.0.0.1:8080") as client:
+        page = client.get(f"/runs/{run['run_id']}")
+    assert page.status_code == 200
+    assert 'id="reconcile"' in page.text and 'data-verdict="short"' in page.text
+    assert "376 distinct keys of total 378" in page.text
+    with psycopg.connect(pg_dsn) as conn:
+        snapshot = read_snapshot(conn, connector="feiqiu", schedule=Schedule(), stale_hours=26)
+    assert snapshot.listings == {"ok": 0, "refetched": 1, "short": 1, "over": 0, "unexpected_zero": 0,
+                                 "incomplete": 0}
+    assert snapshot.refetches == 2
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class Fixed:
+        def collect(self):
+            return families(snapshot)
+
+    registry = CollectorRegistry()
+    registry.register(Fixed())
+    parsed = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+    assert parsed[("feiqiu_etl_listings_total", (("verdict", "short"),))] == 1
+    assert parsed[("feiqiu_etl_listing_refetches_total", ())] == 2
+
+
+def test_a_snapshot_that_answers_total_0_reconciles_ok_and_the_trust_hook_refuses_it(sim, pg_dsn):
+    """The pitfall of issue 25 part 4, recorded as it stands for the deletion guard: 0 keys "match" total 0, so
+    the verdict is ok; :func:`snapshot_trust` refuses it (the guard's hook). The soft delete it did is counted."""
+    from feiqiu_etl.tasks.ods.reconcile import ListingOutcome, snapshot_trust
+
+    first = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
+    assert first.status == "SUCCESS"
+    sim.inject(PATHS[SNAPSHOT], "total_zero", count=1000)
+    empty = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT kind, first_total, pages, rows_received, distinct_keys, verdict, ods_soft_deleted "
+                           "FROM etl_meta.listing_reconcile WHERE run_id = %s", (empty.run_id,)).fetchone()
+    assert row[:6] == ("snapshot", 0, 1, 0, 0, "ok")
+    assert row[6] == next(t for t in empty.tasks).result.total_deleted == 300  # what the guard must hold back
+    outcome = ListingOutcome("snapshot", first_total=row[1], pages=row[2], rows_received=row[3],
+                             distinct_keys=row[4], verdict=row[5])
+    assert snapshot_trust(outcome, live_rows=300) is not None

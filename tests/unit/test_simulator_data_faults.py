@@ -45,7 +45,7 @@ def test_total_zero_over_http_answers_code_0_total_0_no_rows_and_spares_details(
     admin = httpx.post(sim.base_url + "/__sim/faults", json={"kind": "total_zero", "path": "/api/goods/list",
                                                               "count": 2}, headers=AUTH, timeout=10).json()
     assert admin["code"] == 0 and admin["data"][-1] == {"kind": "total_zero", "path": "/api/goods/list",
-                                                         "count": 2, "day": None}
+                                                         "count": 2, "day": None, "page": None}
     assert httpx.get(sim.base_url + "/__sim/faults", timeout=10).json()["data"][-1]["count"] == 2
     for _ in range(2):
         data = page(sim, "/api/goods/list")
@@ -77,10 +77,19 @@ def test_total_moves_and_zero_day_only_for_its_day(sim):
     assert sim.faults.pending()[0].remaining == 4
 
 
+def test_a_data_fault_for_one_page_only(sim):
+    sim.clear_faults()
+    sim.inject("/api/goods/list", "empty_page", page=2)
+    assert len(rows(page(sim, "/api/goods/list"))) == 30  # page 1: untouched, the fault still waits
+    second = page(sim, "/api/goods/list", page=2, limit=20)
+    assert second["total"] == 0 and rows(second) == [] and sim.faults.pending() == []
+
+
 @pytest.mark.parametrize("body, wrong", [({"kind": "bogus"}, "unknown fault kind"),
                                          ({"kind": "short_page", "count": 0}, "count"),
                                          ({"kind": "short_page", "day": "2024-01-01"}, "zero_day"),
-                                         ({"kind": "short_page", "colour": 1}, "unknown fault key")])
+                                         ({"kind": "short_page", "colour": 1}, "unknown fault key"),
+                                         ({"kind": "http500", "page": 2}, "data faults only")])
 def test_bad_fault_bodies_answer_40001(sim, body, wrong):
     answer = httpx.post(sim.base_url + "/__sim/faults", json=body, headers=AUTH, timeout=10).json()
     assert answer["code"] == 40001 and wrong in answer["msg"]

@@ -6,8 +6,8 @@
 | ``GET /__sim/clock`` | – | ``{"now", "anchor", "marks": [...]}``: the simulator's time and the states it keeps |
 | ``POST /__sim/advance`` | ``{"hours": N}`` | moves the clock N hours (0 < N ≤ 744) and generates that time's trading and edits (``trading``); ``{"from", "now", "hours", "sites": {site: {task: {inserted, updated, volatile_only, deleted}}}}`` |
 | ``POST /__sim/minimum`` | ``{"siteId", "startTime", "endTime", "limit"?}`` | the fewest requests a perfect connector needs for the store over ``[startTime, endTime)`` (``minimum``): ``{"requests", "firstLoad", "tasks": [{task_code, kind, rows, segments, pages, details, volatile_only, requests}]}`` |
-| ``GET /__sim/faults`` | – | the pending faults: ``[{"kind", "path", "count", "day"}]`` |
-| ``POST /__sim/faults`` | ``{"kind", "path"?, "count"?, "day"?}`` or ``{"clear": true}`` | queues a fault for the next ``count`` (default 1) matching requests, as ``Simulator.inject`` (kinds in ``faults``; the data faults ``short_page``, ``total_zero``/``empty_page``, ``total_moves``, ``zero_day`` of issue 25), or drops every pending fault; the pending faults |
+| ``GET /__sim/faults`` | – | the pending faults: ``[{"kind", "path", "count", "day", "page"}]`` |
+| ``POST /__sim/faults`` | ``{"kind", "path"?, "count"?, "day"?, "page"?}`` or ``{"clear": true}`` | queues a fault for the next ``count`` (default 1) matching requests, as ``Simulator.inject`` (kinds in ``faults``; the data faults ``short_page``, ``total_zero``/``empty_page``, ``total_moves``, ``zero_day`` of issue 25), or drops every pending fault; the pending faults |
 | ``POST /__sim/risk`` | any of ``{"enabled", "gap_standard", "gap_groupbuy", "violations_to_ban", "violation_window", "ban_seconds"}`` | risk control from the next request on (e.g. off while a benchmark seeds its first load, on again for the night it measures); the whole new ``RiskControlConfig`` |
 
 The ``POST`` endpoints change or compute data, so they demand the simulator's own token
@@ -101,14 +101,15 @@ class Admin:
         if body.get("clear") is True and set(body) == {"clear"}:
             self.faults.clear()
             return []
-        unknown = sorted(set(body) - {"kind", "path", "count", "day"})
+        unknown = sorted(set(body) - {"kind", "path", "count", "day", "page"})
         if unknown:
             raise ApiError(40001, f"参数错误: unknown fault key {unknown[0]!r}")
         path = body.get("path")
         if path is not None and not isinstance(path, str):
             raise ApiError(40001, "参数错误: path must be a string")
         try:
-            self.faults.inject(path, str(body.get("kind")), body.get("count", 1), day=body.get("day"))
+            self.faults.inject(path, str(body.get("kind")), body.get("count", 1), day=body.get("day"),
+                               page=body.get("page"))
         except ValueError as exc:
             raise ApiError(40001, f"参数错误: {exc}") from None
         return [f.to_json() for f in self.faults.pending()]

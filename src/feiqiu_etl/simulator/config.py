@@ -114,7 +114,7 @@ class SimulatorConfig:
     bigger than the others of its token). ``extra_fields`` (schema drift, e.g. ``{"*": {"newField": 1}}``)
     adds fields to every record of the list endpoints of the named task codes (``"*"``: all);
     ``Simulator.add_field`` does the same while running. ``faults`` are injected when the simulator is created,
-    each ``{"kind", "path"?, "count"?, "day"?}`` as ``Simulator.inject`` takes them (e.g. a ``short_page`` that
+    each ``{"kind", "path"?, "count"?, "day"?, "page"?}`` as ``Simulator.inject`` takes them (e.g. a ``short_page`` that
     repeats: ``{"kind": "short_page", "path": "/api/member/list", "count": 1000}``).
     """
 
@@ -154,7 +154,8 @@ class SimulatorConfig:
         for fault in self.faults:
             if not isinstance(fault, Mapping) or "kind" not in fault:
                 raise ValueError(f"a fault is a mapping with a kind, not {fault!r}")
-            probe.inject(fault.get("path"), fault["kind"], fault.get("count", 1), day=fault.get("day"))
+            probe.inject(fault.get("path"), fault["kind"], fault.get("count", 1), day=fault.get("day"),
+                         page=fault.get("page"))
         for site, factor in (self.site_factors or {}).items():
             if not 0 < factor <= 100:
                 raise ValueError(f"site factor of {site} must be in (0, 100], not {factor!r}")

@@ -28,7 +28,8 @@ Where a fault strikes (documented so tests can predict the risk-control state):
   - ``zero_day``: like ``total_zero``, but only for windowed lists and, with ``day`` (``"YYYY-MM-DD"``), only
     for a request whose ``startTime`` falls on that day: a day that answers zero.
 
-  A data fault with a large ``count`` repeats on every matching request (a fault that does not go away).
+  A data fault with a large ``count`` repeats on every matching request (a fault that does not go away);
+  with ``page`` it strikes only that page of a listing (e.g. an empty page 2 after a full page 1).
 
 What it must never do: sleep or write responses itself (the server does), or match a request of another path.
 """
@@ -58,6 +59,7 @@ class Fault:
     retry_after: int = 1
     stall_seconds: float = 5.0
     day: str | None = None
+    page: int | None = None
 
     def matches(self, path: str, listing: "ListingRequest | None" = None) -> bool:
         if self.path is not None and self.path != path:
@@ -66,6 +68,8 @@ class Fault:
             return True
         if listing is None:
             return False  # data faults strike list requests only
+        if self.page is not None and listing.page != self.page:
+            return False
         if self.kind == "zero_day":
             return listing.windowed and (self.day is None or (listing.start or "")[:10] == self.day)
         return True
@@ -75,7 +79,7 @@ class Fault:
         return int(self.kind[4:]) if self.kind in HTTP_KINDS else 200
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "path": self.path, "count": self.remaining, "day": self.day}
+        return {"kind": self.kind, "path": self.path, "count": self.remaining, "day": self.day, "page": self.page}
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class ListingRequest:
 
     windowed: bool
     start: str | None = None
+    page: int | None = None
 
 
 class FaultInjector:
@@ -101,18 +106,22 @@ class FaultInjector:
         retry_after: int = 1,
         stall_seconds: float = 5.0,
         day: str | None = None,
+        page: int | None = None,
     ) -> None:
         """Queue ``kind`` for the next ``count`` requests to ``path`` (``None`` = any path); ``day``
         (``"YYYY-MM-DD"``) only for ``zero_day``. Raises ``ValueError`` for an unknown kind, a count below 1 or a
-        ``day`` on another kind."""
+        ``day`` on another kind; ``page`` (a list page number) only for data faults."""
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {sorted(FAULT_KINDS)}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError("count must be an integer >= 1")
         if day is not None and (kind != "zero_day" or not isinstance(day, str) or len(day) != 10):
             raise ValueError("day (YYYY-MM-DD) belongs to the zero_day fault only")
+        if page is not None and (kind not in DATA_KINDS or isinstance(page, bool) or not isinstance(page, int)
+                                 or page < 1):
+            raise ValueError("page (an integer >= 1) belongs to the data faults only")
         with self._lock:
-            self._pending.append(Fault(kind, path, count, retry_after, stall_seconds, day))
+            self._pending.append(Fault(kind, path, count, retry_after, stall_seconds, day, page))
 
     def take_gateway(self, path: str) -> Fault | None:
         """Consume a gateway fault (``http429``) for a request to ``path`` arriving now, if one is pending."""
@@ -125,7 +134,7 @@ class FaultInjector:
 
     def pending(self) -> list[Fault]:
         with self._lock:
-            return [Fault(f.kind, f.path, f.remaining, f.retry_after, f.stall_seconds, f.day)
+            return [Fault(f.kind, f.path, f.remaining, f.retry_after, f.stall_seconds, f.day, f.page)
                     for f in self._pending]
 
     def clear(self) -> None:
@@ -139,5 +148,6 @@ class FaultInjector:
                     fault.remaining -= 1
                     if fault.remaining == 0:
                         self._pending.remove(fault)
-                    return Fault(fault.kind, fault.path, 1, fault.retry_after, fault.stall_seconds, fault.day)
+                    return Fault(fault.kind, fault.path, 1, fault.retry_after, fault.stall_seconds, fault.day,
+                                 fault.page)
         return None

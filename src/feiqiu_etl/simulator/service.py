@@ -200,7 +200,9 @@ class Service:
             listing = None
             if isinstance(endpoint, ListEndpoint):
                 start = body.get("startTime") if isinstance(body, dict) else None
-                listing = ListingRequest(endpoint.windowed, start if isinstance(start, str) else None)
+                page = body.get("page") if isinstance(body, dict) else None
+                listing = ListingRequest(endpoint.windowed, start if isinstance(start, str) else None,
+                                         page if isinstance(page, int) and not isinstance(page, bool) else None)
             fault = self.faults.take_service(endpoint.path, listing)
             if fault is not None and fault.kind == "code42901":
                 self.risk.abandon(token)
