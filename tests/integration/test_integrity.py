@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from feiqiu_etl.registry.state import read_state
-from feiqiu_etl.report import reconcile_lines
+from feiqiu_etl.formats import reconcile_lines
 from feiqiu_etl.simulator import Simulator
 from flowkit import ANCHOR, CONNECTOR, expected_rows, options, run_flow, run_opts, sim_config, store_exact
 
@@ -128,6 +128,15 @@ def test_a_total_that_moves_is_fetched_again_and_recorded(sim, pg_dsn):
                            "WHERE run_id = %s", (result.run_id,)).fetchone()
     assert row[:3] == ("refetched", 301, [300])
     assert "300 distinct keys of total 301" in row[3]
+    # retention prunes a run's reconciliation with its log and timeline (the summary keeps the verdict counts)
+    from feiqiu_etl.registry.retention import prune
+
+    with psycopg.connect(pg_dsn) as conn:
+        pruned = prune(conn, timedelta(microseconds=1))
+        left = conn.execute("SELECT count(*) FROM etl_meta.listing_reconcile").fetchone()[0]
+        summary = conn.execute("SELECT summary FROM etl_meta.run WHERE run_id = %s", (result.run_id,)).fetchone()[0]
+    assert pruned.runs == 1 and pruned.reconcile_rows == 1 and left == 0
+    assert summary["tasks"][0]["reconcile"]["verdicts"] == {"refetched": 1}
 
 
 def test_a_day_that_answers_zero_against_its_median_is_fetched_again_and_alerted_not_blocked(pg_dsn):

@@ -93,7 +93,7 @@ def run_page(request: Request) -> Response:
     log_site = _int(request, "site", 0, 0, 2**53) or None
     log = [e for e in run.get("log") or [] if (log_task is None or e.get("task") == log_task)
            and (log_site is None or e.get("site_id") == log_site)]
-    from feiqiu_etl.report import reconcile_lines  # the same lines as `show RUN` (issue 25)
+    from feiqiu_etl.formats import reconcile_lines  # the same lines as `show RUN` (issue 25)
 
     return web.page(request, "run.html", nav="runs", run=run, summary=summary, stores=stores, by_store=by_store,
                     log=log, log_task=log_task, log_site=log_site, reconcile=reconcile_lines(tasks),

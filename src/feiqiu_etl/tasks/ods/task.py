@@ -229,7 +229,6 @@ class BaseOdsTask:
             totals = PageTotals()
             expected = slot.run(lambda c: self._expectations(c, site_id))
             reconciler = Reconciler(ctx.integrity, spec.page_size, expected)
-            listings: list = []
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields, totals=totals, reconciler=reconciler,
@@ -254,7 +253,7 @@ class BaseOdsTask:
 
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
                 return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note,
-                                                        reconciler, listings))
+                                                        reconciler))
 
             seeds = list(self._seeds(site_id, pending))
             recheck = _Recheck(spec, rechecks, writer, site_id, self.task.recheck_budget)
@@ -287,7 +286,8 @@ class BaseOdsTask:
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used,
                                 "credit": self.task.recheck_credit} if spec.detail else None,
                        schema_drift=drift, deferred_details=writer.deferred,
-                       reconcile=reconcile.summary(listings, reconciler.refetches, ctx.integrity.refetch_listings),
+                       reconcile=reconcile.summary(reconciler.recorded, reconciler.refetches,
+                                                   ctx.integrity.refetch_listings),
                        deletions=guard.to_dict() if guard is not None else None)
 
     def live_estimate(self) -> Estimate:
@@ -412,7 +412,7 @@ class BaseOdsTask:
     # ----------------------------------------------------------------- scope completions (writer thread)
     def _scope_done(self, writer: OdsWriter, site_id: int, scope: Any, ok: bool,
                     snapshot: SnapshotState | None, run_started: datetime, note: dict,
-                    reconciler: Reconciler | None = None, listings: list | None = None) -> WriteResult | None:
+                    reconciler: Reconciler | None = None) -> WriteResult | None:
         if not isinstance(scope, tuple) or scope[0] not in ("segment", "snapshot"):
             return None
         deleted = None
@@ -431,10 +431,10 @@ class BaseOdsTask:
             return WriteResult(deleted=deleted) if deleted is not None else None
         finally:
             if reconciler is not None:
-                self._record_listing(writer, site_id, scope, reconciler, deleted or 0, listings)
+                self._record_listing(writer, site_id, scope, reconciler, deleted or 0)
 
     def _record_listing(self, writer: OdsWriter, site_id: int, scope: tuple, reconciler: Reconciler,
-                        deleted: int, listings: list | None) -> None:
+                        deleted: int) -> None:
         """The listing's row of ``etl_meta.listing_reconcile`` (issue 25), with its ODS outcome."""
         outcome = reconciler.outcome(scope)
         outcome.ods_inserted, outcome.ods_updated, outcome.ods_unchanged = writer.scope_counts.pop(scope, (0, 0, 0))
@@ -442,8 +442,7 @@ class BaseOdsTask:
         with writer.conn.transaction():
             reconcile.record(writer.conn, run_id=self.ctx.run_id, connector=self.conv.connector,
                              task_code=self.spec.code, site_id=site_id, outcome=outcome)
-        if listings is not None:
-            listings.append(outcome)
+        reconciler.recorded.append(outcome)
         if outcome.verdict in reconcile.ALERTED:
             self.logger.warning("listing %s: %s (%s)", outcome.verdict, outcome.reason,
                                 "snapshot" if scope[0] == "snapshot" else f"{fmt(scope[3])} - {fmt(scope[4])}")
