@@ -235,7 +235,7 @@ def test_a_short_listing_is_shown_exported_and_alerted_once(sim, pg_dsn):
 
 def test_a_snapshot_that_answers_total_0_reconciles_ok_and_the_trust_hook_refuses_it(sim, pg_dsn):
     """The pitfall of issue 25 part 4, recorded as it stands for the deletion guard: 0 keys "match" total 0, so
-    the verdict is ok; :func:`snapshot_trust` refuses it (the guard's hook). The soft delete it did is counted."""
+    the verdict is ok; :func:`snapshot_trust` refuses it, and the deletion guard holds its soft delete back."""
     from feiqiu_etl.tasks.ods.reconcile import ListingOutcome, snapshot_trust
 
     first = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
@@ -246,7 +246,9 @@ def test_a_snapshot_that_answers_total_0_reconciles_ok_and_the_trust_hook_refuse
         row = conn.execute("SELECT kind, first_total, pages, rows_received, distinct_keys, verdict, ods_soft_deleted "
                            "FROM etl_meta.listing_reconcile WHERE run_id = %s", (empty.run_id,)).fetchone()
     assert row[:6] == ("snapshot", 0, 1, 0, 0, "ok")
-    assert row[6] == next(t for t in empty.tasks).result.total_deleted == 300  # what the guard must hold back
+    # the deletion guard (tasks/ods/deletions.py) held the 300 back: nothing soft-deleted, the run is PARTIAL
+    assert row[6] == next(t for t in empty.tasks).result.total_deleted == 0 and empty.status == "PARTIAL"
+    assert empty.tasks[0].deletions["held"] == 300 and empty.tasks[0].deletions["empty"] is True
     outcome = ListingOutcome("snapshot", first_total=row[1], pages=row[2], rows_received=row[3],
                              distinct_keys=row[4], verdict=row[5])
     assert snapshot_trust(outcome, live_rows=300) is not None

@@ -145,6 +145,11 @@ class IntegritySection(_Section):
                             "the trailing median of those weekdays is at least this many rows is unexpected_zero "
                             "(fetched once more, alerted); 0 = off (default: the connector's)")
     zero_weeks: int = Field(4, ge=2, le=52, description="weeks back the trailing median of a weekday reads")
+    max_delete_share: float = Field(0.2, ge=0, le=1, description="a complete snapshot whose soft delete would remove "
+                                    "more than this share of a store's live rows of the table (and more than "
+                                    "max_delete_rows) is held back until confirmed (issue 25; default: the connector's)")
+    max_delete_rows: int = Field(5, ge=0, le=10_000_000, description="... and more than this many rows (default: "
+                                 "the connector's)")
 
 
 class DbSection(_Section):

@@ -64,6 +64,8 @@ class IntegrityRules:
     refetch_listings: int = 2
     zero_floor: int = 20
     zero_weeks: int = 4
+    max_delete_share: float = 0.2
+    max_delete_rows: int = 5
 
 
 @dataclass

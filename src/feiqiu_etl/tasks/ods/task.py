@@ -34,6 +34,7 @@ from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods import reconcile
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotState
+from feiqiu_etl.tasks.ods.deletions import GuardRules
 from feiqiu_etl.tasks.ods.reconcile import IntegrityRules, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
@@ -109,6 +110,7 @@ class TaskRun:
     schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
     deferred_details: int = 0  # a snapshot's recent part: details recorded as owed for the owed part
     reconcile: dict | None = None  # tasks/ods/reconcile.py: verdict counts, refetches, listings not ok (issue 25)
+    deletions: dict | None = None  # tasks/ods/deletions.py: the snapshot's soft delete as the guard decided it
 
     @property
     def status(self) -> str:
@@ -121,7 +123,7 @@ class TaskRun:
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
             "schema_drift": self.schema_drift, "deferred_details": self.deferred_details,
-            "reconcile": self.reconcile, **self.result.to_dict(),
+            "reconcile": self.reconcile, "deletions": self.deletions, **self.result.to_dict(),
         }
 
     @classmethod
@@ -265,6 +267,14 @@ class BaseOdsTask:
             drift = self._drift(slot, fields)
         finally:
             slot.close()
+        guard = note.get("deletions")
+        if guard is not None and guard.held:  # issue 25 part 4: the task ends PARTIAL naming the share and rows
+            rules = GuardRules(ctx.integrity.max_delete_share, ctx.integrity.max_delete_rows)
+            result.errors.append({"error": guard.describe(spec.code, site_id, rules), "stage": "deletion guard",
+                                  "held_deletions": guard.held, "live_rows": guard.live})
+            result.processing_failures += 1
+            if result.status == "SUCCESS":
+                result.status = "PARTIAL"
         for gap in result.unreconciled():  # README "Counts that add up": a bookkeeping bug, never expected
             self.logger.error("counts do not add up: %s", gap)
         for parent in writer.given_up:
@@ -278,7 +288,8 @@ class BaseOdsTask:
                                 "credit": self.task.recheck_credit} if spec.detail else None,
                        schema_drift=drift, deferred_details=writer.deferred,
                        reconcile=reconcile.summary(reconciler.recorded, reconciler.refetches,
-                                                  ctx.integrity.refetch_listings))
+                                                   ctx.integrity.refetch_listings),
+                       deletions=guard.to_dict() if guard is not None else None)
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
@@ -450,9 +461,18 @@ class BaseOdsTask:
             note["snapshot"] = f"soft delete skipped: {reason}"
             self.logger.warning("snapshot incomplete, soft delete skipped: %s", reason)
             return None
-        deleted = writer.mark_missing_as_deleted(site_id, snapshot.keys, run_started, complete_at=run_started)
-        note["snapshot"] = f"complete; {deleted} row(s) soft-deleted"
-        return deleted
+        rules = GuardRules(self.ctx.integrity.max_delete_share, self.ctx.integrity.max_delete_rows)
+        guard = writer.guarded_delete(site_id, snapshot.keys, run_started, rules, complete_at=run_started)
+        note["snapshot"] = f"complete; {guard.deleted} row(s) soft-deleted" + (
+            f" ({guard.confirmed} held back earlier, now confirmed)" if guard.confirmed else "") + (
+            f"; {guard.held} of {guard.live} live row(s) held back" if guard.held else "")
+        note["deletions"] = guard
+        if guard.held:
+            self.logger.warning("%s", guard.describe(self.spec.code, site_id, rules))
+        elif guard.confirmed:
+            self.logger.info("%d held-back deletion(s) confirmed by this complete snapshot and applied",
+                             guard.confirmed)
+        return guard.deleted
 
 
 
