@@ -66,3 +66,58 @@ def freshness_report(conn: psycopg.Connection, settings: Any, hours: float) -> d
     :func:`feiqiu_etl.registry.freshness.freshness_report`, which ``feiqiu-etl freshness`` uses too."""
     schedule = settings.schedule or Schedule.everything(settings.task_codes)
     return freshness.freshness_report(conn, settings.connector, schedule, hours)
+
+
+def store_nights(conn: psycopg.Connection, days: int = 31) -> list[dict]:
+    """Per finished run of the last ``days`` days and store of its lanes (``summary.lanes[].stores[]``): ``{run_id,
+    started_at, finished_at, night, site_id, name, status, rows, reason}``; ``night`` is the date the run
+    started on in the warehouse's zone, shifted back 12 h (a run started at 01:00 belongs to the night before)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT r.run_id, r.started_at, r.finished_at, "
+            "       ((r.started_at AT TIME ZONE current_setting('TimeZone')) - interval '12 hours')::date AS night, "
+            "       (st->>'site_id')::bigint AS site_id, st->>'name' AS name, st->>'status' AS status, "
+            "       coalesce((st->>'rows')::bigint, 0) AS rows, st->>'reason' AS reason "
+            "FROM etl_meta.run r, jsonb_array_elements(CASE WHEN jsonb_typeof(r.summary->'lanes') = 'array' "
+            "     THEN r.summary->'lanes' ELSE '[]'::jsonb END) lane, "
+            "     jsonb_array_elements(CASE WHEN jsonb_typeof(lane->'stores') = 'array' THEN lane->'stores' "
+            "     ELSE '[]'::jsonb END) st "
+            "WHERE r.status <> 'RUNNING' AND r.started_at > now() - make_interval(days => %s) "
+            "ORDER BY r.started_at", (days,)).fetchall()
+    conn.commit()
+    return rows
+
+
+def last_finished_run(conn: psycopg.Connection, within_hours: float = 36.0) -> dict | None:
+    """The newest finished run of the last ``within_hours`` hours with a summary (the last night), or None."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "SELECT run_id, status, started_at, finished_at, error, summary FROM etl_meta.run "
+            "WHERE status <> 'RUNNING' AND summary IS NOT NULL AND command = 'run' "
+            "AND started_at > now() - make_interval(secs => %s) ORDER BY started_at DESC LIMIT 1",
+            (within_hours * 3600,)).fetchone()
+    conn.commit()
+    return row
+
+
+def cell_history(conn: psycopg.Connection, connector: str, site_id: int, task: str, days: int = 30) -> dict:
+    """One store and task over the last ``days`` days: ``runs`` (newest first: run_id, started_at, finished_at,
+    run status and the task's result from the run's summary) and ``loads`` (windowed: each finished window
+    segment's ``completed_at`` and its age then, ``lag_seconds`` = completed_at - window_end, oldest first)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        runs = cur.execute(
+            "SELECT r.run_id, r.status AS run_status, r.started_at, r.finished_at, t AS result "
+            "FROM etl_meta.run r, jsonb_array_elements(CASE WHEN jsonb_typeof(r.summary->'tasks') = 'array' "
+            "     THEN r.summary->'tasks' ELSE '[]'::jsonb END) t "
+            "WHERE (t->>'site_id')::bigint = %s AND t->>'task' = %s "
+            "AND r.started_at > now() - make_interval(days => %s) ORDER BY r.started_at DESC LIMIT 200",
+            (site_id, task, days)).fetchall()
+        loads = cur.execute(
+            "SELECT completed_at, window_start, window_end, run_id, "
+            "       extract(epoch FROM completed_at - window_end) AS lag_seconds "
+            "FROM etl_meta.window_progress WHERE connector = %s AND site_id = %s AND task_code = %s "
+            "AND completed_at > now() - make_interval(days => %s) ORDER BY completed_at, window_end",
+            (connector, site_id, task, days)).fetchall()
+        now = cur.execute("SELECT now() AS now").fetchone()["now"]
+    conn.commit()
+    return {"runs": runs, "loads": loads, "now": now}

@@ -28,7 +28,8 @@ from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
-from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web import ids, overview, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web.i18n import N_
 from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
@@ -38,7 +39,18 @@ MAX_PER_PAGE = 500
 
 
 class BadRequest(Exception):
-    """A query parameter that cannot be used; one line for the page or the JSON body (400)."""
+    """A query parameter that cannot be used; one line for the page or the JSON body (400). ``message`` is a
+    catalog message (English, :func:`~feiqiu_etl.web.i18n.N_`) with ``%(name)s`` fields from ``values``: the
+    JSON body says it in English, the page in the request's language."""
+
+    def __init__(self, message: str, **values: Any):
+        self.message, self.values = message, values
+        super().__init__(message % values if values else message)
+
+    def text(self, translate) -> str:
+        """The message in a language (``translate``: English → that language)."""
+        message = translate(self.message)
+        return message % self.values if self.values else message
 
 
 def _state(request: Request) -> AppState:
@@ -47,7 +59,7 @@ def _state(request: Request) -> AppState:
 
 # ------------------------------------------------------------------------------------------------------ pages
 def runs_page(request: Request) -> Response:
-    """``/``: runs newest first, paged, filtered by status and store; running runs with their live totals."""
+    """``/runs``: runs newest first, paged, filtered by status and store; running runs with their live totals."""
     web = _state(request)
     q = _runs_query(request)
     with web.db() as conn:
@@ -61,7 +73,7 @@ def runs_page(request: Request) -> Response:
     def link(**change) -> str:
         params = {k: v for k, v in {**q, **change}.items() if v not in (None, "") and
                   not (k == "per_page" and v == PER_PAGE) and not (k == "page" and v == 1)}
-        return "/" + (f"?{urlencode(params)}" if params else "")
+        return "/runs" + (f"?{urlencode(params)}" if params else "")
 
     return web.page(request, "runs.html", nav="runs", runs=rows, live=live, total=total, q=q, pages=pages,
                     stores=stores, statuses=registry.STATUSES, link=link)
@@ -74,7 +86,7 @@ def run_page(request: Request) -> Response:
     with web.db() as conn:
         rid = registry.resolve_run_id(conn, wanted)
         if rid is None:
-            raise HTTPException(404, f"no run {wanted!r}")
+            raise HTTPException(404, web.gettext(request, N_("no run %(id)s")) % {"id": repr(wanted)})
         if rid != wanted:
             return RedirectResponse(f"/runs/{rid}", 303)
         run = registry.get_run(conn, rid)
@@ -148,14 +160,15 @@ async def login(request: Request) -> Response:
     address = client_address(request.scope)  # from here to the check: no await (one step, see security)
     wait = web.security.throttle.wait(address)
     if wait > 0:
-        response = await show_login(web, request, 429, error="Too many failed logins from your address: try again "
-                                                            f"in {retry_after(wait)} s.")
+        response = await show_login(web, request, 429, error=web.gettext(request, N_(
+            "Too many failed logins from your address: try again in %(s)s s.")) % {"s": retry_after(wait)})
         response.headers["Retry-After"] = retry_after(wait)
         return response
     sid = web.security.login(str(form.get("token") or ""), address)
     if sid is None:
         await asyncio.sleep(0.5)  # slows guessing down
-        return await show_login(web, request, 401, error="That is not the token this server was started with.")
+        return await show_login(web, request, 401, error=web.gettext(
+            request, N_("That is not the token this server was started with.")))
     response = RedirectResponse(safe_next(str(form.get("next") or "/")), 303)
     response.set_cookie(SESSION_COOKIE, sid, max_age=int(SESSION_TTL), httponly=True, samesite="strict", path="/")
     return response
@@ -289,25 +302,32 @@ def _cancel(web: AppState, run_id: str, who: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------- errors
+_TRANSLATED_DETAILS = (N_("Not Found"), N_("no such run"))  # Starlette's 404 and ours, shown in the page's language
+
+
 async def not_found(request: Request, exc: HTTPException) -> Response:
     if request.url.path.startswith("/api/"):
         return _json({"error": exc.detail}, exc.status_code)
-    return _state(request).page(request, "error.html", exc.status_code, title=str(exc.status_code),
-                                message=exc.detail)
+    web = _state(request)
+    detail = web.gettext(request, exc.detail) if exc.detail in _TRANSLATED_DETAILS else exc.detail
+    return web.page(request, "error.html", exc.status_code, title=str(exc.status_code), message=detail)
 
 
 async def bad_request(request: Request, exc: BadRequest) -> Response:
     if request.url.path.startswith("/api/"):
         return _json({"error": str(exc)}, 400)
-    return _state(request).page(request, "error.html", 400, title="Bad request", message=str(exc))
+    web = _state(request)
+    return web.page(request, "error.html", 400, title=web.gettext(request, N_("Bad request")),
+                    message=exc.text(lambda m: web.gettext(request, m)))
 
 
 async def database_error(request: Request, exc: Exception) -> Response:
     web = _state(request)
-    message = "database unavailable: " + scrub(one_line(exc, with_type=False), web.settings.dsn)
+    reason = scrub(one_line(exc, with_type=False), web.settings.dsn)
     if request.url.path.startswith("/api/"):
-        return _json({"error": message}, 503)
-    return web.page(request, "error.html", 503, title="Database unavailable", message=message)
+        return _json({"error": "database unavailable: " + reason}, 503)
+    return web.page(request, "error.html", 503, title=web.gettext(request, N_("Database unavailable")),
+                    message=web.gettext(request, N_("database unavailable: %(reason)s")) % {"reason": reason})
 
 
 def _error_handlers() -> dict:
@@ -322,7 +342,11 @@ def _error_handlers() -> dict:
 
 
 ROUTES = [
-    Route("/", runs_page),
+    Route("/", overview.overview_page),
+    Route("/runs", runs_page),
+    Route("/history", overview.history_page),
+    Route("/lang/{code}", overview.switch_language),
+    Route("/api/overview", overview.api_overview),
     Route("/runs/{run_id:run_id}", run_page),
     Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
     Route("/live", live_page),
@@ -369,16 +393,18 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {raw[:40]!r}") from None
+        raise BadRequest(N_("%(name)s must be a whole number, got %(raw)s"), name=name, raw=repr(raw[:40])) from None
     if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+        raise BadRequest(N_("%(name)s must be between %(low)s and %(high)s, got %(value)s"), name=name, low=low,
+                         high=high, value=value)
     return value
 
 
 def _runs_query(request: Request) -> dict[str, Any]:
     status = (request.query_params.get("status") or "").strip().upper() or None
     if status is not None and status not in registry.STATUSES:
-        raise BadRequest(f"status must be one of {', '.join(registry.STATUSES)}, got {status[:40]!r}")
+        raise BadRequest(N_("status must be one of %(known)s, got %(raw)s"), known=", ".join(registry.STATUSES),
+                         raw=repr(status[:40]))
     store = _int(request, "store", 0, 0, 2**53) or None
     return {"status": status, "store": store, "page": _int(request, "page", 1, 1, 10**7),
             "per_page": _int(request, "per_page", PER_PAGE, 1, MAX_PER_PAGE)}
@@ -391,9 +417,9 @@ def _hours(request: Request, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise BadRequest(f"hours must be a number, got {raw[:40]!r}") from None
+        raise BadRequest(N_("hours must be a number, got %(raw)s"), raw=repr(raw[:40])) from None
     if not 0 < value <= 24 * 365 or value != value:
-        raise BadRequest(f"hours must be above 0 and at most {24 * 365}, got {raw[:40]}")
+        raise BadRequest(N_("hours must be above 0 and at most %(max)s, got %(raw)s"), max=24 * 365, raw=raw[:40])
     return value
 
 

@@ -1,0 +1,209 @@
+"""The chain overview (``/``, the first page), a cell's history (``/history``) and the language switch
+(``/lang/<code>``) — issue 29, parts 2-4.
+
+The overview is one grid: a row per store, a column per task, each cell coloured by the age of its data against
+the stale threshold (the one rule of :func:`feiqiu_etl.registry.freshness.freshness_report`, which
+``feiqiu-etl freshness --json`` prints: the page cannot disagree with it). Per store: its name, the last run in
+which it succeeded, the rows written for it last night (the runs of the last 24 h) with the last 30 nights as a
+small chart, and the details it still owes. Below, *tonight*: for each lane of each running run the stores done,
+running and waiting, the expected end (the live ETA, :class:`~feiqiu_etl.statistics.LaneStatistics`) next to the
+deadline and what will be left at it; and *last night*: what the newest finished run left and why.
+
+:func:`build_overview` assembles the payload of the page and of ``GET /api/overview`` (JSON).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from markupsafe import Markup
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from feiqiu_etl import registry
+from feiqiu_etl.web import charts, i18n, queries
+from feiqiu_etl.web.format import ts
+from feiqiu_etl.web.i18n import N_
+
+RUNS_PARAMS = ("status", "store", "page", "per_page")
+"""Query parameters of the Runs page: ``/?status=FAILED`` (the old address of Runs) is sent on to ``/runs``."""
+NIGHTS = 30
+LANG_COOKIE_AGE = 365 * 86400
+
+
+def _state(request: Request):
+    return request.app.state.web
+
+
+# ---------------------------------------------------------------------------------------------------- model
+def colour(age_seconds: float | None, stale_after_seconds: float) -> str:
+    """A cell's colour class: ``never`` (never loaded), ``stale`` (older than the threshold), ``aging`` (older
+    than half of it), ``fresh``. Stale exactly when :func:`feiqiu_etl.registry.freshness.judge` says so."""
+    if age_seconds is None:
+        return "never"
+    if age_seconds > stale_after_seconds:
+        return "stale"
+    return "aging" if age_seconds > stale_after_seconds / 2 else "fresh"
+
+
+def build_overview(conn, settings, hours: float) -> dict[str, Any]:
+    """``{connector, stale_after_hours, tasks, stores, cells, stale, tonight, last_night, now}``: ``stores`` in
+    site-id order, each ``{site_id, name, last_success, rows_last_night, nights: {date: rows}, owed_details,
+    stale}``; ``cells`` ``{site_id: {task: freshness row + colour}}``."""
+    report = queries.freshness_report(conn, settings, hours)
+    now = conn.execute("SELECT now()").fetchone()[0]
+    conn.commit()
+    order = {code: i for i, code in enumerate(settings.task_codes)}
+    tasks = sorted({r["task"] for r in report["rows"]}, key=lambda c: (order.get(c, len(order)), c))
+    limit = hours * 3600.0
+    cells: dict[int, dict[str, dict]] = {}
+    for r in report["rows"]:
+        cells.setdefault(r["site_id"], {})[r["task"]] = {**r, "colour": colour(r["age_seconds"], limit)}
+    names = dict(getattr(settings, "store_names", {}) or {})
+    facts: dict[int, dict] = {}
+    for row in queries.store_nights(conn, NIGHTS + 1):
+        f = facts.setdefault(row["site_id"], {"nights": {}, "last_success": None, "rows_last_night": 0})
+        if row["name"] and row["site_id"] not in names:
+            names[row["site_id"]] = row["name"]
+        f["nights"][row["night"]] = f["nights"].get(row["night"], 0) + int(row["rows"] or 0)
+        if row["status"] == "SUCCESS" and row["finished_at"] is not None:
+            f["last_success"] = max(filter(None, [f["last_success"], row["finished_at"]]))
+        if row["started_at"] > now - timedelta(hours=24):
+            f["rows_last_night"] += int(row["rows"] or 0)
+    stores = []
+    for site in sorted(cells):
+        f = facts.get(site, {"nights": {}, "last_success": None, "rows_last_night": None})
+        row_cells = cells[site].values()
+        stores.append({"site_id": site, "name": names.get(site), "last_success": f["last_success"],
+                       "rows_last_night": f["rows_last_night"], "nights": f["nights"],
+                       "owed_details": sum(int(c["owed_details"] or 0) for c in row_cells),
+                       "stale": sum(1 for c in row_cells if c["stale"])})
+    return {"connector": report["connector"], "stale_after_hours": hours, "schedule": report["schedule"],
+            "tasks": tasks, "stores": stores, "cells": cells, "stale": report["stale"], "total": len(report["rows"]),
+            "tonight": tonight(registry.running(conn), now), "last_night": last_night(queries.last_finished_run(conn)),
+            "now": now}
+
+
+def tonight(running: list[dict], now: datetime) -> list[dict]:
+    """Per lane of each running run: ``{run_id, lane, state, done, running, waiting, stores, eta_s,
+    expected_end, deadline_in_s, deadline_at, left_at_deadline, requests_remaining, late}``. The expected end
+    is the heartbeat's time plus the lane's live ETA (what ``status --json`` publishes), the deadline the
+    heartbeat's time plus ``deadline_in_s``; ``late``: the work does not fit before the deadline."""
+    out = []
+    for run in running:
+        live = run.get("live") or {}
+        beat = run.get("heartbeat_at") or now
+        for lane in live.get("lanes") or []:
+            stores = lane.get("stores") or []
+            done = [s for s in stores if s.get("tasks") and s.get("tasks_done", 0) >= s.get("tasks", 0)]
+            busy = [s for s in stores if s not in done and s.get("task")]
+            waiting = [s for s in stores if s not in done and s not in busy]
+            eta = lane.get("eta_s")
+            deadline_in = lane.get("deadline_in_s")
+            left = lane.get("left_at_deadline")
+            out.append({"run_id": run["run_id"], "lane": lane.get("name"), "state": lane.get("state"),
+                        "done": len(done), "running": len(busy), "waiting": len(waiting), "stores": stores,
+                        "tasks_done": lane.get("tasks_done"), "tasks": lane.get("tasks"),
+                        "eta_s": eta, "expected_end": beat + timedelta(seconds=eta) if eta is not None else None,
+                        "deadline_in_s": deadline_in,
+                        "deadline_at": beat + timedelta(seconds=deadline_in) if deadline_in is not None else None,
+                        "left_at_deadline": left, "requests_remaining": lane.get("requests_remaining"),
+                        "late": bool(left)})
+    return out
+
+
+def last_night(run: dict | None) -> dict | None:
+    """What the newest finished run left, and why: ``{run_id, status, started_at, finished_at, error, lanes:
+    [{name, status, reason, deadline}], left: [{site_id, name, status, reason, lane}], skipped: [...]}``."""
+    if run is None:
+        return None
+    summary = run.get("summary") or {}
+    lanes, left = [], []
+    for lane in summary.get("lanes") or []:
+        lanes.append({"name": lane.get("name"), "status": lane.get("status"), "reason": lane.get("reason"),
+                      "deadline": lane.get("deadline")})
+        for store in lane.get("stores") or []:
+            if store.get("status") not in ("SUCCESS", None):
+                left.append({**store, "lane": lane.get("name")})
+    return {"run_id": run["run_id"], "status": run["status"], "started_at": run["started_at"],
+            "finished_at": run["finished_at"], "error": run.get("error"), "lanes": lanes, "left": left,
+            "skipped": summary.get("skipped_tasks") or []}
+
+
+# ------------------------------------------------------------------------------------------------- handlers
+def overview_page(request: Request) -> Response:
+    """``/``: the chain overview. The Runs page's parameters (``/?status=…``) redirect to ``/runs``."""
+    if any(k in request.query_params for k in RUNS_PARAMS):
+        return RedirectResponse("/runs?" + request.url.query, 303)
+    from feiqiu_etl.web.routes import _hours
+
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    lang = web.language(request)
+    with web.db() as conn:
+        model = build_overview(conn, web.settings, hours)
+    last = (model["now"] - timedelta(hours=12)).date()  # the night queries.store_nights gives a run started now
+    bar_label = i18n.gettext(lang, N_("night of {night}: {rows} rows"))
+    for store in model["stores"]:
+        store["chart"] = Markup(charts.night_bars(store["nights"], last, nights=NIGHTS, label=bar_label))
+    return web.page(request, "overview.html", nav="overview", m=model, hours=hours,
+                    connector=web.settings.connector)
+
+
+def api_overview(request: Request) -> Response:
+    """``GET /api/overview?hours=``: the overview's payload (``build_overview``) as JSON."""
+    from feiqiu_etl.web.routes import _hours
+
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    with web.db() as conn:
+        model = build_overview(conn, web.settings, hours)
+    for store in model["stores"]:
+        store["nights"] = {d.isoformat(): n for d, n in sorted(store["nights"].items())}
+    model["cells"] = {str(site): row for site, row in model["cells"].items()}
+    return JSONResponse(queries.jsonable(model))
+
+
+def history_page(request: Request) -> Response:
+    """``/history?site=&task=``: one cell of the overview over the last 30 days — its freshness now, every run
+    that ran it with the result, and the age of its data at each load as a chart (windowed tasks)."""
+    from feiqiu_etl.web.routes import BadRequest, _hours, _int
+
+    web = _state(request)
+    site = _int(request, "site", 0, 1, 2**53)
+    task = (request.query_params.get("task") or "").strip().upper()
+    if not site or task not in web.settings.task_codes:
+        raise BadRequest(N_("site and task are required (a task of the connector)"))
+    hours = _hours(request, web.settings.stale_hours)
+    lang = web.language(request)
+    with web.db() as conn:
+        report = queries.freshness_report(conn, web.settings, hours)
+        data = queries.cell_history(conn, web.settings.connector, site, task, NIGHTS)
+    row = next((r for r in report["rows"] if r["site_id"] == site and r["task"] == task), None)
+    start = data["now"] - timedelta(days=NIGHTS)
+    span = (data["now"] - start).total_seconds()
+    points = [(max(0.0, min(1.0, (p["completed_at"] - start).total_seconds() / span)),
+               max(0.0, float(p["lag_seconds"]) / 3600.0)) for p in data["loads"]]
+    axis = [ts(start, seconds=False)[:10], ts(start + timedelta(days=NIGHTS / 2), seconds=False)[:10],
+            ts(data["now"], seconds=False)[:10]]
+    svg = charts.age_trend(points, stale_hours=hours, axis=axis,
+                           label=i18n.gettext(lang, N_("{hours} h")))
+    name = dict(getattr(web.settings, "store_names", {}) or {}).get(site)
+    return web.page(request, "history.html", nav="overview", site=site, task=task, row=row, hours=hours,
+                    runs=data["runs"], loads=data["loads"], chart=Markup(svg), store_name=name,
+                    colour=colour(row["age_seconds"], hours * 3600) if row else "never")
+
+
+async def switch_language(request: Request) -> Response:
+    """``/lang/<code>?next=/path``: remember ``code`` (zh-CN, en) in the ``lang`` cookie for a year and go back
+    to ``next`` (a local path only)."""
+    from feiqiu_etl.web.routes import safe_next
+
+    code = i18n.normalise(request.path_params["code"])
+    if code not in i18n.LANGUAGES:
+        raise HTTPException(404, "Not Found")
+    response = RedirectResponse(safe_next(request.query_params.get("next")), 303)
+    response.set_cookie(i18n.COOKIE, code, max_age=LANG_COOKIE_AGE, samesite="lax", path="/", httponly=True)
+    return response
