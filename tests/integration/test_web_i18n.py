@@ -246,14 +246,17 @@ def test_overview_cells_are_the_freshness_rows_coloured_by_age(dsn, history):
         expected = ("never" if row["age_seconds"] is None else "stale" if row["age_seconds"] > limit
                     else "aging" if row["age_seconds"] > limit / 2 else "fresh")
         assert cell["colour"] == expected
-        assert f'data-site="{key[0]}" data-task="{key[1]}" data-colour="{expected}"' in html
+        assert f'href="/history?site={key[0]}&amp;task={key[1]}"' in html
     colours = {c["colour"] for c in cells.values()}
+    for colour in ("fresh", "aging", "stale", "never"):  # the grid draws every cell in its colour
+        assert html.count(f'class="cell c-{colour}"') == sum(1 for c in cells.values() if c["colour"] == colour)
     assert {"fresh", "stale", "never"} <= colours  # snapshots just taken, 2024 windows, tasks never run
     store = next(s for s in over["stores"] if s["site_id"] == history["sites"][0])
     assert store["name"] == "旗舰店" and store["last_success"] and store["rows_last_night"] > 0
     assert sum(store["nights"].values()) == store["rows_last_night"]
     assert over["last_night"]["run_id"] == history["run_id"] and over["tonight"] == []
-    assert html.count('<rect class="bar"') >= len(history["sites"])  # a bar for last night per store
+    bars = re.findall(r'<svg class="spark"[^>]*data-nights="(\d+)"', html)
+    assert len(bars) == len(history["sites"]) and all(int(n) >= 1 for n in bars)  # last night, per store
 
 
 def test_cell_history_lists_the_runs_and_the_age_at_each_load(dsn, history):

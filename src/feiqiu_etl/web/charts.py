@@ -13,27 +13,33 @@ from typing import Iterable, Mapping, Sequence
 from markupsafe import escape
 
 
-def night_bars(per_night: Mapping[date, int], last: date, *, nights: int = 30, width: int = 92, height: int = 14,
+def night_bars(per_night: Mapping[date, int], last: date, *, nights: int = 30, width: int = 92, height: int = 12,
                label: str = "") -> str:
-    """Bars of ``per_night`` rows for the ``nights`` nights ending with ``last`` (oldest left); a night without
-    a run is a grey tick. ``label`` formats each bar's tooltip (``{night}``, ``{rows}``)."""
+    """Bars of ``per_night`` rows for the ``nights`` nights ending with ``last`` (oldest left) as ONE path (a
+    chain of 50 stores draws 50 of these on one page), nights without a run as a grey baseline tick; the
+    bars' values are in ``data-rows`` (oldest first, empty for no run) and ``label`` (``{first}``, ``{last}``,
+    ``{low}``, ``{high}``) is the chart's tooltip."""
     days = [last - timedelta(days=nights - 1 - i) for i in range(nights)]
-    top = max([per_night.get(d, 0) for d in days] + [1])
+    values = [per_night.get(d) for d in days]
+    top = max([v for v in values if v] + [1])
     step = width / nights
-    parts = [f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" data-nights="{sum(1 for d in days if d in per_night)}">']
-    for i, d in enumerate(days):
-        x = round(i * step, 2)
-        if d not in per_night:
-            parts.append(f'<rect class="none" x="{x}" y="{height - 1}" width="{max(1.0, step - 1):.2f}" height="1"/>')
-            continue
-        rows = int(per_night[d])
-        h = max(1.0, (height - 1) * rows / top)
-        tip = escape(label.format(night=d.isoformat(), rows=f"{rows:,}")) if label else f"{d}: {rows:,}"
-        parts.append(f'<rect class="bar" x="{x}" y="{height - h:.2f}" width="{max(1.0, step - 1):.2f}" '
-                     f'height="{h:.2f}" data-night="{d.isoformat()}" data-rows="{rows}"><title>{tip}</title></rect>')
-    parts.append("</svg>")
-    return "".join(parts)
+    bar = max(1.0, step - 1)
+    bars, ticks = [], []
+    for i, v in enumerate(values):
+        x = i * step
+        if v is None:
+            ticks.append(f"M{x:.1f} {height - 1}h{bar:.1f}v1h-{bar:.1f}z")
+        else:
+            h = max(1.0, (height - 1) * int(v) / top)
+            bars.append(f"M{x:.1f} {height}v-{h:.1f}h{bar:.1f}v{h:.1f}z")
+    seen = [int(v) for v in values if v is not None]
+    tip = escape(label.format(first=days[0].isoformat(), last=days[-1].isoformat(),
+                              low=f"{min(seen):,}" if seen else "-", high=f"{max(seen):,}" if seen else "-"))
+    rows = ",".join("" if v is None else str(int(v)) for v in values)
+    return (f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" data-nights="{len(seen)}" data-rows="{rows}">'
+            f'<title>{tip}</title><path class="none" d="{"".join(ticks)}"/><path class="bar" d="{"".join(bars)}"/>'
+            "</svg>")
 
 
 def age_trend(points: Sequence[tuple[float, float]], *, stale_hours: float, width: int = 640, height: int = 160,

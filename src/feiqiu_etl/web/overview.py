@@ -48,10 +48,11 @@ def colour(age_seconds: float | None, stale_after_seconds: float) -> str:
     return "aging" if age_seconds > stale_after_seconds / 2 else "fresh"
 
 
-def build_overview(conn, settings, hours: float) -> dict[str, Any]:
+def build_overview(conn, settings, hours: float, cache: "FinishedRuns | None" = None) -> dict[str, Any]:
     """``{connector, stale_after_hours, tasks, stores, cells, stale, tonight, last_night, now}``: ``stores`` in
     site-id order, each ``{site_id, name, last_success, rows_last_night, nights: {date: rows}, owed_details,
-    stale}``; ``cells`` ``{site_id: {task: freshness row + colour}}``."""
+    stale}``; ``cells`` ``{site_id: {task: freshness row + colour}}``. ``cache`` keeps what finished runs'
+    summaries say (a server's :class:`FinishedRuns`; None: read everything now)."""
     report = queries.freshness_report(conn, settings, hours)
     now = conn.execute("SELECT now()").fetchone()[0]
     conn.commit()
@@ -63,15 +64,17 @@ def build_overview(conn, settings, hours: float) -> dict[str, Any]:
         cells.setdefault(r["site_id"], {})[r["task"]] = {**r, "colour": colour(r["age_seconds"], limit)}
     names = dict(getattr(settings, "store_names", {}) or {})
     facts: dict[int, dict] = {}
-    for row in queries.store_nights(conn, NIGHTS + 1):
-        f = facts.setdefault(row["site_id"], {"nights": {}, "last_success": None, "rows_last_night": 0})
-        if row["name"] and row["site_id"] not in names:
-            names[row["site_id"]] = row["name"]
-        f["nights"][row["night"]] = f["nights"].get(row["night"], 0) + int(row["rows"] or 0)
-        if row["status"] == "SUCCESS" and row["finished_at"] is not None:
-            f["last_success"] = max(filter(None, [f["last_success"], row["finished_at"]]))
-        if row["started_at"] > now - timedelta(hours=24):
-            f["rows_last_night"] += int(row["rows"] or 0)
+    cache = cache if cache is not None else FinishedRuns()
+    for run, stores in cache.stores(conn, NIGHTS + 1):
+        for row in stores:
+            f = facts.setdefault(row["site_id"], {"nights": {}, "last_success": None, "rows_last_night": 0})
+            if row["name"] and row["site_id"] not in names:
+                names[row["site_id"]] = row["name"]
+            f["nights"][run["night"]] = f["nights"].get(run["night"], 0) + int(row["rows"] or 0)
+            if row["status"] == "SUCCESS" and run["finished_at"] is not None:
+                f["last_success"] = max(filter(None, [f["last_success"], run["finished_at"]]))
+            if run["started_at"] > now - timedelta(hours=24):
+                f["rows_last_night"] += int(row["rows"] or 0)
     stores = []
     for site in sorted(cells):
         f = facts.get(site, {"nights": {}, "last_success": None, "rows_last_night": None})
@@ -82,7 +85,7 @@ def build_overview(conn, settings, hours: float) -> dict[str, Any]:
                        "stale": sum(1 for c in row_cells if c["stale"])})
     return {"connector": report["connector"], "stale_after_hours": hours, "schedule": report["schedule"],
             "tasks": tasks, "stores": stores, "cells": cells, "stale": report["stale"], "total": len(report["rows"]),
-            "tonight": tonight(registry.running(conn), now), "last_night": last_night(queries.last_finished_run(conn)),
+            "tonight": tonight(registry.running(conn), now), "last_night": last_night(cache.outline(conn)),
             "now": now}
 
 
@@ -132,6 +135,44 @@ def last_night(run: dict | None) -> dict | None:
             "skipped": summary.get("skipped_tasks") or []}
 
 
+class FinishedRuns:
+    """What the overview reads from finished runs' summaries, kept per run id: a finished run's summary does not
+    change, and a chain's 30 nights are 30 summaries of ~1,000 task results each, which PostgreSQL would
+    otherwise parse on every view. Each view still lists the finished runs (one cheap query) and reads only the
+    runs it has not seen; runs older than the window are dropped. Thread-safe enough for Starlette's thread pool
+    (a dict assignment per run; two views may read the same new run twice)."""
+
+    def __init__(self) -> None:
+        self._stores: dict[str, list[dict]] = {}
+        self._outlines: dict[str, dict | None] = {}
+        self.reads = self.hits = 0
+
+    def stores(self, conn, days: int) -> list[tuple[dict, list[dict]]]:
+        """``[(run {run_id, started_at, finished_at, night}, its lanes' stores)]`` of the last ``days`` days."""
+        runs = queries.finished_runs(conn, days)
+        wanted = [r["run_id"] for r in runs if r["run_id"] not in self._stores]
+        if wanted:
+            self._stores.update(queries.run_stores(conn, wanted))
+            self.reads += len(wanted)
+        self.hits += len(runs) - len(wanted)
+        keep = {r["run_id"] for r in runs}
+        for rid in [k for k in self._stores if k not in keep]:
+            self._stores.pop(rid, None)
+        return [(r, self._stores.get(r["run_id"]) or []) for r in runs]
+
+    def outline(self, conn) -> dict | None:
+        """The last night's run (:func:`queries.run_outline`), or None."""
+        rid = queries.last_finished_id(conn)
+        if rid is None:
+            return None
+        if rid not in self._outlines:
+            self._outlines = {rid: queries.run_outline(conn, rid)}
+        return self._outlines[rid]
+
+    def statistics(self) -> dict:
+        return {"runs_cached": len(self._stores), "summary_reads": self.reads, "cache_hits": self.hits}
+
+
 # ------------------------------------------------------------------------------------------------- handlers
 def overview_page(request: Request) -> Response:
     """``/``: the chain overview. The Runs page's parameters (``/?status=…``) redirect to ``/runs``."""
@@ -143,9 +184,9 @@ def overview_page(request: Request) -> Response:
     hours = _hours(request, web.settings.stale_hours)
     lang = web.language(request)
     with web.db() as conn:
-        model = build_overview(conn, web.settings, hours)
-    last = (model["now"] - timedelta(hours=12)).date()  # the night queries.store_nights gives a run started now
-    bar_label = i18n.gettext(lang, N_("night of {night}: {rows} rows"))
+        model = build_overview(conn, web.settings, hours, web.finished_runs)
+    last = (model["now"] - timedelta(hours=12)).date()  # the night queries.finished_runs gives a run started now
+    bar_label = i18n.gettext(lang, N_("rows per night {first} – {last}: {low} to {high}"))
     for store in model["stores"]:
         store["chart"] = Markup(charts.night_bars(store["nights"], last, nights=NIGHTS, label=bar_label))
     return web.page(request, "overview.html", nav="overview", m=model, hours=hours,
@@ -159,7 +200,7 @@ def api_overview(request: Request) -> Response:
     web = _state(request)
     hours = _hours(request, web.settings.stale_hours)
     with web.db() as conn:
-        model = build_overview(conn, web.settings, hours)
+        model = build_overview(conn, web.settings, hours, web.finished_runs)
     for store in model["stores"]:
         store["nights"] = {d.isoformat(): n for d, n in sorted(store["nights"].items())}
     model["cells"] = {str(site): row for site, row in model["cells"].items()}

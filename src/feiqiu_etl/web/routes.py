@@ -263,12 +263,12 @@ def api_csrf(request: Request) -> Response:
 
 
 def api_statistics(request: Request) -> Response:
-    """``GET /api/statistics``: counters of the live feed, of access control, of ``/metrics`` and of the
-    connection pool."""
+    """``GET /api/statistics``: counters of the live feed, of access control, of ``/metrics``, of the overview's
+    cache of finished runs and of the connection pool."""
     web = _state(request)
     stats = web.pool.get_stats()
     return _json({"feed": asdict(web.feed.statistics()), "security": asdict(web.security.statistics()),
-                  "metrics": asdict(web.metrics.statistics()),
+                  "metrics": asdict(web.metrics.statistics()), "overview": web.finished_runs.statistics(),
                   "pool": {k: stats.get(k) for k in ("pool_size", "pool_available", "requests_num",
                                                      "requests_waiting", "connections_errors")}})
 

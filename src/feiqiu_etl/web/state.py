@@ -58,6 +58,9 @@ class AppState:
         self.shown_dsn = describe_dsn(settings.dsn)
         self.feed = LiveFeed(self.read_status, sweep=self.sweep, interval=settings.poll_interval)
         self.metrics = MetricsEndpoint(self.db, settings)
+        from feiqiu_etl.web.overview import FinishedRuns
+
+        self.finished_runs = FinishedRuns()  # the overview's summaries of finished runs, per run id
 
     @contextlib.contextmanager
     def db(self) -> Iterator[psycopg.Connection]:
