@@ -51,15 +51,18 @@ def chromium() -> Iterator["object"]:
                                {"width": VIEWPORT[0], "height": VIEWPORT[1], "deviceScaleFactor": 1,
                                 "mobile": False})
         driver.set_page_load_timeout(30)
+        driver.viewport = lambda w=VIEWPORT[0], h=VIEWPORT[1]: driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride", {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": False})
         yield driver
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def screenshot(driver, name: str) -> Path:
-    """Take the viewport (1280×800) as ``<name>.png`` in a temporary folder, or in docs/screenshots (the
-    README's pictures) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so that a test run leaves the checkout clean."""
+def screenshot(driver, name: str, size: tuple[int, int] = VIEWPORT) -> Path:
+    """Take the viewport (``size``, default 1280×800) as ``<name>.png`` in a temporary folder, or in
+    docs/screenshots (the README's pictures) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so that a test run leaves the
+    checkout clean."""
     import struct
 
     folder = SCREENSHOTS if os.environ.get("FEIQIU_UPDATE_SCREENSHOTS") == "1" else _SHOTS_TMP
@@ -67,7 +70,7 @@ def screenshot(driver, name: str) -> Path:
     path = folder / f"{name}.png"
     assert driver.save_screenshot(str(path)), f"no screenshot of {name}"
     width, height = struct.unpack(">II", path.read_bytes()[16:24])  # the PNG header's IHDR
-    assert (width, height) == VIEWPORT, (name, width, height)
+    assert (width, height) == tuple(size), (name, width, height)
     return path
 
 
@@ -190,8 +193,9 @@ def seed_chain(conn, connector, stores: dict[int, str], *, nights: int = 30, lan
     them: each night a run record (registry.start_run/finish_run) whose summary has the lanes' stores and one
     task result per store and task, plus the freshness state the tasks leave (``etl_meta.window_progress``: one
     day's segment per windowed task and night, ``etl_meta.snapshot_done`` per snapshot task). Not everything
-    succeeds: the last lane's stores stopped at the deadline last night (their windowed tasks are a day behind),
-    one store never loaded its coupons and a few owe details, so the grid has every colour. Returns
+    succeeds: the last lane's stores stopped at the deadline the last two nights (their windowed tasks are two
+    days behind), one store never loaded its coupons, a few owe details, three stores' snapshots were taken this
+    morning and one's 20 h ago, so the grid has every colour at any time of day. Returns
     ``{run_ids, last_run, stale_stores}``."""
     from datetime import datetime, timedelta, timezone
 
@@ -209,13 +213,13 @@ def seed_chain(conn, connector, stores: dict[int, str], *, nights: int = 30, lan
     for k in range(nights, 0, -1):
         night_start = (now - timedelta(days=k - 1)).replace(hour=18, minute=0, second=0, microsecond=0) \
             - timedelta(days=1)  # 02:00 Asia/Shanghai
-        started, last = night_start, k == 1
+        started = night_start
         run_id = f"night-{started:%Y%m%d}"
         summary_lanes, results = [], []
         rows_total = 0
         for lane in sorted(set(lane_of.values())):
             members = [s for s in sites if lane_of[s] == lane]
-            cut = last and lane == late_lane
+            cut = k <= 2 and lane == late_lane  # the last two nights: a day behind and more
             lane_stores = []
             for n, site in enumerate(members):
                 store_rows = 0
@@ -256,10 +260,10 @@ def seed_chain(conn, connector, stores: dict[int, str], *, nights: int = 30, lan
         registry.start_run(conn, registry.Invocation(run_id, "run", {"token": "***"}), config={},
                            lanes=[ln["name"] for ln in summary_lanes], stores=sites,
                            tasks=[t.code for t in tasks], started_at=started)
-        status = "DEADLINE" if last else "SUCCESS"
+        status = "DEADLINE" if k <= 2 else "SUCCESS"
         registry.finish_run(conn, run_id, status=status, exit_code=0 if status == "SUCCESS" else 6,
                             summary={"lanes": summary_lanes, "tasks": results},
-                            error="deadline 06:00 reached: lane-%d stopped" % lanes if last else None,
+                            error="deadline 06:00 reached: lane-%d stopped" % lanes if k <= 2 else None,
                             totals={"rows_written": rows_total, "requests": 42 * len(sites)})
         conn.execute("UPDATE etl_meta.run SET finished_at = %s WHERE run_id = %s",
                      (started + timedelta(hours=3, minutes=40), run_id))
@@ -275,6 +279,12 @@ def seed_chain(conn, connector, stores: dict[int, str], *, nights: int = 30, lan
                 for i, s in enumerate(sites[:3] * 2)]
         cur.executemany("INSERT INTO etl_meta.detail_pending (connector, task_code, site_id, parent_key, record) "
                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", owed)
+        # whatever the time of day: three stores' snapshots were taken again this morning (fresh), one store's
+        # 20 h ago (aging against the default 26 h)
+        cur.execute("UPDATE etl_meta.snapshot_done SET completed_at = %s WHERE site_id = ANY(%s)",
+                    (now - timedelta(minutes=30), sites[:3]))
+        cur.execute("UPDATE etl_meta.snapshot_done SET completed_at = %s WHERE site_id = %s",
+                    (now - timedelta(hours=20), sites[3 % len(sites)]))
     conn.commit()
     return {"run_ids": run_ids, "last_run": run_ids[-1],
             "stale_stores": [s for s in sites if lane_of[s] == late_lane]}

@@ -106,7 +106,7 @@ def tonight(running: list[dict], now: datetime) -> list[dict]:
             eta = lane.get("eta_s")
             deadline_in = lane.get("deadline_in_s")
             left = lane.get("left_at_deadline")
-            out.append({"run_id": run["run_id"], "lane": lane.get("name"), "state": lane.get("state"),
+            out.append({"run_id": run["run_id"], "lane": lane.get("name"), "state": lane.get("state"), "heartbeat": beat,
                         "done": len(done), "running": len(busy), "waiting": len(waiting), "stores": stores,
                         "tasks_done": lane.get("tasks_done"), "tasks": lane.get("tasks"),
                         "eta_s": eta, "expected_end": beat + timedelta(seconds=eta) if eta is not None else None,
