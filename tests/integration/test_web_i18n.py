@@ -249,7 +249,7 @@ def test_overview_cells_are_the_freshness_rows_coloured_by_age(dsn, history):
         assert f'href="/history?site={key[0]}&amp;task={key[1]}"' in html
     colours = {c["colour"] for c in cells.values()}
     for colour in ("fresh", "aging", "stale", "never"):  # the grid draws every cell in its colour
-        assert html.count(f'class="cell c-{colour}"') == sum(1 for c in cells.values() if c["colour"] == colour)
+        assert html.count(f'<td class="cell c-{colour}"') == sum(1 for c in cells.values() if c["colour"] == colour)
     assert {"fresh", "stale", "never"} <= colours  # snapshots just taken, 2024 windows, tasks never run
     store = next(s for s in over["stores"] if s["site_id"] == history["sites"][0])
     assert store["name"] == "旗舰店" and store["last_success"] and store["rows_last_night"] > 0

@@ -1,5 +1,5 @@
 """The chain overview (``/``, the first page), a cell's history (``/history``) and the language switch
-(``/lang/<code>``) — issue 29, parts 2-4.
+(``/lang/<code>``) — issue 29, parts 2-4: the model here, the handlers in :mod:`.routes`.
 
 The overview is one grid: a row per store, a column per task, each cell coloured by the age of its data against
 the stale threshold (the one rule of :func:`feiqiu_etl.registry.freshness.freshness_report`, which
@@ -17,15 +17,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from markupsafe import Markup
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from feiqiu_etl import registry
-from feiqiu_etl.web import charts, i18n, queries
-from feiqiu_etl.web.format import ts
-from feiqiu_etl.web.i18n import N_
+from feiqiu_etl.web import queries
 
 RUNS_PARAMS = ("status", "store", "page", "per_page")
 """Query parameters of the Runs page: ``/?status=FAILED`` (the old address of Runs) is sent on to ``/runs``."""
@@ -106,7 +100,8 @@ def tonight(running: list[dict], now: datetime) -> list[dict]:
             eta = lane.get("eta_s")
             deadline_in = lane.get("deadline_in_s")
             left = lane.get("left_at_deadline")
-            out.append({"run_id": run["run_id"], "lane": lane.get("name"), "state": lane.get("state"), "heartbeat": beat,
+            out.append({"run_id": run["run_id"], "lane": lane.get("name"), "state": lane.get("state"),
+                        "heartbeat": beat,
                         "done": len(done), "running": len(busy), "waiting": len(waiting), "stores": stores,
                         "tasks_done": lane.get("tasks_done"), "tasks": lane.get("tasks"),
                         "eta_s": eta, "expected_end": beat + timedelta(seconds=eta) if eta is not None else None,
@@ -171,80 +166,3 @@ class FinishedRuns:
 
     def statistics(self) -> dict:
         return {"runs_cached": len(self._stores), "summary_reads": self.reads, "cache_hits": self.hits}
-
-
-# ------------------------------------------------------------------------------------------------- handlers
-def overview_page(request: Request) -> Response:
-    """``/``: the chain overview. The Runs page's parameters (``/?status=…``) redirect to ``/runs``."""
-    if any(k in request.query_params for k in RUNS_PARAMS):
-        return RedirectResponse("/runs?" + request.url.query, 303)
-    from feiqiu_etl.web.routes import _hours
-
-    web = _state(request)
-    hours = _hours(request, web.settings.stale_hours)
-    lang = web.language(request)
-    with web.db() as conn:
-        model = build_overview(conn, web.settings, hours, web.finished_runs)
-    last = (model["now"] - timedelta(hours=12)).date()  # the night queries.finished_runs gives a run started now
-    bar_label = i18n.gettext(lang, N_("rows per night {first} – {last}: {low} to {high}"))
-    for store in model["stores"]:
-        store["chart"] = Markup(charts.night_bars(store["nights"], last, nights=NIGHTS, label=bar_label))
-    return web.page(request, "overview.html", nav="overview", m=model, hours=hours,
-                    connector=web.settings.connector)
-
-
-def api_overview(request: Request) -> Response:
-    """``GET /api/overview?hours=``: the overview's payload (``build_overview``) as JSON."""
-    from feiqiu_etl.web.routes import _hours
-
-    web = _state(request)
-    hours = _hours(request, web.settings.stale_hours)
-    with web.db() as conn:
-        model = build_overview(conn, web.settings, hours, web.finished_runs)
-    for store in model["stores"]:
-        store["nights"] = {d.isoformat(): n for d, n in sorted(store["nights"].items())}
-    model["cells"] = {str(site): row for site, row in model["cells"].items()}
-    return JSONResponse(queries.jsonable(model))
-
-
-def history_page(request: Request) -> Response:
-    """``/history?site=&task=``: one cell of the overview over the last 30 days — its freshness now, every run
-    that ran it with the result, and the age of its data at each load as a chart (windowed tasks)."""
-    from feiqiu_etl.web.routes import BadRequest, _hours, _int
-
-    web = _state(request)
-    site = _int(request, "site", 0, 1, 2**53)
-    task = (request.query_params.get("task") or "").strip().upper()
-    if not site or task not in web.settings.task_codes:
-        raise BadRequest(N_("site and task are required (a task of the connector)"))
-    hours = _hours(request, web.settings.stale_hours)
-    lang = web.language(request)
-    with web.db() as conn:
-        report = queries.freshness_report(conn, web.settings, hours)
-        data = queries.cell_history(conn, web.settings.connector, site, task, NIGHTS)
-    row = next((r for r in report["rows"] if r["site_id"] == site and r["task"] == task), None)
-    start = data["now"] - timedelta(days=NIGHTS)
-    span = (data["now"] - start).total_seconds()
-    points = [(max(0.0, min(1.0, (p["completed_at"] - start).total_seconds() / span)),
-               max(0.0, float(p["lag_seconds"]) / 3600.0)) for p in data["loads"]]
-    axis = [ts(start, seconds=False)[:10], ts(start + timedelta(days=NIGHTS / 2), seconds=False)[:10],
-            ts(data["now"], seconds=False)[:10]]
-    svg = charts.age_trend(points, stale_hours=hours, axis=axis,
-                           label=i18n.gettext(lang, N_("{hours} h")))
-    name = dict(getattr(web.settings, "store_names", {}) or {}).get(site)
-    return web.page(request, "history.html", nav="overview", site=site, task=task, row=row, hours=hours,
-                    runs=data["runs"], loads=data["loads"], chart=Markup(svg), store_name=name,
-                    colour=colour(row["age_seconds"], hours * 3600) if row else "never")
-
-
-async def switch_language(request: Request) -> Response:
-    """``/lang/<code>?next=/path``: remember ``code`` (zh-CN, en) in the ``lang`` cookie for a year and go back
-    to ``next`` (a local path only)."""
-    from feiqiu_etl.web.routes import safe_next
-
-    code = i18n.normalise(request.path_params["code"])
-    if code not in i18n.LANGUAGES:
-        raise HTTPException(404, "Not Found")
-    response = RedirectResponse(safe_next(request.query_params.get("next")), 303)
-    response.set_cookie(i18n.COOKIE, code, max_age=LANG_COOKIE_AGE, samesite="lax", path="/", httponly=True)
-    return response

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,7 +29,8 @@ from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
-from feiqiu_etl.web import ids, overview, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web import charts, i18n, ids, overview, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web.format import ts
 from feiqiu_etl.web.i18n import N_
 from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
@@ -36,6 +38,9 @@ from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
+RUNS_PARAMS = ("status", "store", "page", "per_page")
+"""Query parameters of the Runs page: ``/?status=…`` (the old address of Runs) is sent on to ``/runs``."""
+LANG_COOKIE_AGE = 365 * 86400
 
 
 class BadRequest(Exception):
@@ -183,6 +188,75 @@ async def logout(request: Request) -> Response:
     web.security.logout(request.state.session)
     response = RedirectResponse("/login", 303)
     response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# ---------------------------------------------------------------------------- overview, history, language
+def overview_page(request: Request) -> Response:
+    """``/``: the chain overview. The Runs page's parameters (``/?status=…``) redirect to ``/runs``."""
+    if any(k in request.query_params for k in RUNS_PARAMS):
+        return RedirectResponse("/runs?" + request.url.query, 303)
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    lang = web.language(request)
+    with web.db() as conn:
+        model = overview.build_overview(conn, web.settings, hours, web.finished_runs)
+    last = (model["now"] - timedelta(hours=12)).date()  # the night queries.finished_runs gives a run started now
+    bar_label = i18n.gettext(lang, N_("rows per night {first} – {last}: {low} to {high}"))
+    for store in model["stores"]:
+        store["chart"] = Markup(charts.night_bars(store["nights"], last, nights=overview.NIGHTS, label=bar_label))
+    return web.page(request, "overview.html", nav="overview", m=model, hours=hours,
+                    connector=web.settings.connector)
+
+
+def api_overview(request: Request) -> Response:
+    """``GET /api/overview?hours=``: the overview's payload (``build_overview``) as JSON."""
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    with web.db() as conn:
+        model = overview.build_overview(conn, web.settings, hours, web.finished_runs)
+    for store in model["stores"]:
+        store["nights"] = {d.isoformat(): n for d, n in sorted(store["nights"].items())}
+    model["cells"] = {str(site): row for site, row in model["cells"].items()}
+    return JSONResponse(queries.jsonable(model))
+
+
+def history_page(request: Request) -> Response:
+    """``/history?site=&task=``: one cell of the overview over the last 30 days — its freshness now, every run
+    that ran it with the result, and the age of its data at each load as a chart (windowed tasks)."""
+    web = _state(request)
+    site = _int(request, "site", 0, 1, 2**53)
+    task = (request.query_params.get("task") or "").strip().upper()
+    if not site or task not in web.settings.task_codes:
+        raise BadRequest(N_("site and task are required (a task of the connector)"))
+    hours = _hours(request, web.settings.stale_hours)
+    lang = web.language(request)
+    with web.db() as conn:
+        report = queries.freshness_report(conn, web.settings, hours)
+        data = queries.cell_history(conn, web.settings.connector, site, task, overview.NIGHTS)
+    row = next((r for r in report["rows"] if r["site_id"] == site and r["task"] == task), None)
+    start = data["now"] - timedelta(days=overview.NIGHTS)
+    span = (data["now"] - start).total_seconds()
+    points = [(max(0.0, min(1.0, (p["completed_at"] - start).total_seconds() / span)),
+               max(0.0, float(p["lag_seconds"]) / 3600.0)) for p in data["loads"]]
+    axis = [ts(start, seconds=False)[:10], ts(start + timedelta(days=overview.NIGHTS / 2), seconds=False)[:10],
+            ts(data["now"], seconds=False)[:10]]
+    svg = charts.age_trend(points, stale_hours=hours, axis=axis,
+                           label=i18n.gettext(lang, N_("{hours} h")))
+    name = dict(getattr(web.settings, "store_names", {}) or {}).get(site)
+    return web.page(request, "history.html", nav="overview", site=site, task=task, row=row, hours=hours,
+                    runs=data["runs"], loads=data["loads"], chart=Markup(svg), store_name=name,
+                    colour=overview.colour(row["age_seconds"], hours * 3600) if row else "never")
+
+
+async def switch_language(request: Request) -> Response:
+    """``/lang/<code>?next=/path``: remember ``code`` (zh-CN, en) in the ``lang`` cookie for a year and go back
+    to ``next`` (a local path only)."""
+    code = i18n.normalise(request.path_params["code"])
+    if code not in i18n.LANGUAGES:
+        raise HTTPException(404, "Not Found")
+    response = RedirectResponse(safe_next(request.query_params.get("next")), 303)
+    response.set_cookie(i18n.COOKIE, code, max_age=LANG_COOKIE_AGE, samesite="lax", path="/", httponly=True)
     return response
 
 
@@ -342,11 +416,11 @@ def _error_handlers() -> dict:
 
 
 ROUTES = [
-    Route("/", overview.overview_page),
+    Route("/", overview_page),
     Route("/runs", runs_page),
-    Route("/history", overview.history_page),
-    Route("/lang/{code}", overview.switch_language),
-    Route("/api/overview", overview.api_overview),
+    Route("/history", history_page),
+    Route("/lang/{code}", switch_language),
+    Route("/api/overview", api_overview),
     Route("/runs/{run_id:run_id}", run_page),
     Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
     Route("/live", live_page),
