@@ -187,8 +187,9 @@ def test_chinese_is_drawn_with_a_font_not_boxes(web, browser):
 
 
 def test_tonight_shows_each_lane_expected_end_next_to_its_deadline(web, browser, dsn):
-    # ~70 requests at 0.45-0.55 s: about 35 s of work, well inside the 90 s deadline (the ETA is the lane's own)
-    sets = {"pipeline.rate_min": 0.45, "pipeline.rate_max": 0.55, "pipeline.batch_timeout": 0.2,
+    # ~70 requests at 0.9-1.0 s: about a minute of work, well inside the 150 s deadline (the ETA is the lane's own);
+    # the run is stopped (SIGTERM) once the page was compared, so the test does not wait for its end
+    sets = {"pipeline.rate_min": 0.9, "pipeline.rate_max": 1.0, "pipeline.batch_timeout": 0.2,
             "api.retry_backoff": 0.02, "api.timeout": 5}
     window = ["--window-start", (ANCHOR - timedelta(days=2)).strftime("%Y-%m-%d %H:%M:%S"),
               "--window-end", ANCHOR.strftime("%Y-%m-%d %H:%M:%S")]
@@ -196,7 +197,7 @@ def test_tonight_shows_each_lane_expected_end_next_to_its_deadline(web, browser,
         proc = subprocess.Popen(
             [sys.executable, "-m", "feiqiu_etl", "run", "--api-base", sim.base_url, "--site-id",
              str(sim.config.site_ids[0]), "--dsn", dsn, "--no-dwd", "--json", "--unsafe-gaps", "--tasks",
-             "ODS_MEMBER,ODS_SETTLEMENT", "--deadline", "90s", *window,
+             "ODS_MEMBER,ODS_SETTLEMENT", "--deadline", "150s", *window,
              *[f"--set={k}={v}" for k, v in sets.items()]],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "FEIQIU_API_TOKEN": sim.config.token})
@@ -208,14 +209,14 @@ def test_tonight_shows_each_lane_expected_end_next_to_its_deadline(web, browser,
                          and ln.get("requests_sent", 0) >= 3 and ln.get("eta_s")]
                 return (live[0], lanes[0]) if lanes else None
 
-            _wait(lane_with_eta, 60, 0.2, what="a running lane with an ETA")
+            reads = [_wait(lane_with_eta, 60, 0.2, what="a running lane with an ETA")]
             browser.get(f"{web.url}/lang/en?next=/")
             row = _wait(lambda: browser.find_elements("css selector", "#tonight-lanes tbody tr"), 10,
                         what="the Tonight table")[0]
             shown = {k: row.get_attribute(f"data-{k}") for k in ("lane", "eta-s", "deadline-in-s", "expected-end",
                                                                   "deadline-at", "heartbeat")}
             shown["cells"] = row.text
-            run, lane = lane_with_eta()
+            reads.append(lane_with_eta())  # status --json just before and just after the page was drawn
             browser.execute_script("document.getElementById('tonight').scrollIntoView()")
             screenshot(browser, "tonight")
             browser.get(f"{web.url}/lang/zh-CN?next=/%23tonight")
@@ -230,15 +231,22 @@ def test_tonight_shows_each_lane_expected_end_next_to_its_deadline(web, browser,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
-    assert shown["lane"] == lane["name"] and shown["deadline-at"] and shown["expected-end"]
+    assert all(r is not None for r in reads) and shown["deadline-at"] and shown["expected-end"]
+    assert {lane["name"] for _, lane in reads} == {shown["lane"]}
     assert shown["cells"].count(":") >= 4  # expected end and deadline shown as times of day
     page_end = datetime.fromisoformat(shown["expected-end"])
-    status_end = datetime.fromisoformat(run["heartbeat_at"]) + timedelta(seconds=lane["eta_s"])
     page_deadline = datetime.fromisoformat(shown["deadline-at"])
-    status_deadline = datetime.fromisoformat(run["heartbeat_at"]) + timedelta(seconds=lane["deadline_in_s"])
-    remaining = (status_end - datetime.fromisoformat(run["heartbeat_at"])).total_seconds()
-    assert abs((page_end - status_end).total_seconds()) <= 0.1 * remaining + 1.0, (page_end, status_end)
-    assert abs((page_deadline - status_deadline).total_seconds()) <= 1.5  # the same instant, 1 s resolution
+    compared = []
+    for run, lane in reads:
+        beat = datetime.fromisoformat(run["heartbeat_at"])
+        status_end = beat + timedelta(seconds=lane["eta_s"])
+        status_deadline = beat + timedelta(seconds=lane["deadline_in_s"])
+        compared.append((abs((page_end - status_end).total_seconds()), lane["eta_s"], status_end,
+                         abs((page_deadline - status_deadline).total_seconds())))
+    apart, remaining, status_end, deadline_apart = min(compared)
+    assert remaining >= 10, compared  # a real estimate, not the last second of the run
+    assert apart <= 0.1 * remaining, (page_end, compared)  # issue 29: within 10 %
+    assert max(c[3] for c in compared) <= 1.5  # the deadline is the same instant (1 s heartbeat resolution)
     print(f"\nexpected end: page {page_end.isoformat()} vs status --json {status_end.isoformat()} "
-          f"({abs((page_end - status_end).total_seconds()):.1f} s apart, {remaining:.0f} s of work left); "
-          f"deadline {page_deadline.isoformat()}")
+          f"({apart:.1f} s apart = {100 * apart / remaining:.1f} % of the {remaining:.0f} s ETA; the other read "
+          f"{max(c[0] for c in compared):.1f} s); deadline {page_deadline.isoformat()}")
