@@ -92,6 +92,7 @@ def main() -> None:
                         r.setdefault(f"{lang}_painted", []).append(painted)
                     first, load, painted = browser_times(driver, web.url + "/freshness")  # the baseline
                     r.setdefault("fresh_painted", []).append(painted)
+                driver.get(web.url + "/")
                 box = grid_box(driver)
         finally:
             web.stop()
