@@ -250,3 +250,15 @@ def test_tonight_shows_each_lane_expected_end_next_to_its_deadline(web, browser,
     print(f"\nexpected end: page {page_end.isoformat()} vs status --json {status_end.isoformat()} "
           f"({apart:.1f} s apart = {100 * apart / remaining:.1f} % of the {remaining:.0f} s ETA; the other read "
           f"{max(c[0] for c in compared):.1f} s); deadline {page_deadline.isoformat()}")
+
+
+def test_the_live_page_script_speaks_chinese(web, browser):
+    """The Live page's JavaScript takes its words from the page's JSON catalog."""
+    browser.get(f"{web.url}/lang/zh-CN?next=/live")
+    state = browser.find_element("id", "feed-state")
+    _wait(lambda: state.get_attribute("data-state") == "live", what="the live feed")
+    assert state.text.startswith("实时 · ")  # "live · HH:MM:SS", drawn by live.js
+    assert browser.execute_script("return window._('Cancel…')") == "取消…"
+    assert browser.execute_script("return window._('in %(t)s (%(why)s)', {t: '3 s', why: 'x'})") == "3 s 后（x）"
+    browser.get(f"{web.url}/lang/en?next=/live")
+    assert browser.execute_script("return window._('Cancel…')") == "Cancel…"
