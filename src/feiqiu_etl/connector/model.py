@@ -228,6 +228,9 @@ class TaskModel(Strict):
     detail: DetailModel | None = None
     gap_class: str | None = None
     description: str = ""
+    names: dict[Literal["zh", "en"], str] = Field({}, description="display names by language (zh: the contract's "
+                                                  "Chinese name, upstream-api.md §4; en); the web page shows them "
+                                                  "beside the code (issue 29)")
     volatile_fields: list[str] = Field([], description="fields that change without moving updateTime "
                                        "(upstream-api.md Q11); a change in them alone asks for no detail")
     lookback_minutes: float | None = Field(None, ge=0, le=MAX_LOOKBACK_MINUTES, description=
@@ -438,6 +441,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
         detail=detail,
         gap_class=t.gap_class or default_gap_class,
         description=t.description,
+        names=dict(t.names),
         volatile_fields=tuple(t.volatile_fields),
         lookback=timedelta(minutes=t.lookback_minutes) if t.lookback_minutes is not None else None,
         expected_rows=t.expected_rows.pair() if t.expected_rows else None,

@@ -119,7 +119,8 @@ class OdsTaskSpec:
     incremental run reads again; None means the run's ``window.lookback_hours`` (lists whose window field can
     stay put when the record changes, Q13). ``expected_rows`` (snapshots: records of a store) and
     ``expected_daily_rows`` (windowed: records per day) are the contract's documented volume range
-    (upstream-api.md §4.1), which plans use before a store has history.
+    (upstream-api.md §4.1), which plans use before a store has history. ``names`` are display names by language
+    (``zh``: the contract's Chinese name, upstream-api.md §4; ``en``), shown by the web page beside the code.
     """
 
     code: str
@@ -136,6 +137,7 @@ class OdsTaskSpec:
     detail: DetailSpec | None = None
     gap_class: str = "standard"
     description: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)
     volatile_fields: tuple[str, ...] = ()
     lookback: timedelta | None = None
     expected_rows: tuple[int, int] | None = None

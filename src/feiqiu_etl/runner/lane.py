@@ -406,7 +406,10 @@ class LaneRunner:
         eta = 0.0 if self._finished else lane_seconds(work, factor, overhead) \
             + (lane.next_due_in if lane.wait_reason else 0.0)
         deadline_in = None if self._deadline is None else max(0.0, self._deadline - now)
+        left_at_deadline = None
         if deadline_in is not None and not self._finished:
+            # the plan's rule (requests x expected gap): what does not fit before the deadline is left
+            left_at_deadline = 0 if eta <= deadline_in or eta <= 0 else round(remaining * (1 - deadline_in / eta))
             eta = min(eta, deadline_in)
         return LaneStatistics(
             name=self.plan.name, key=self.plan.key, state=state, current=current,
@@ -416,7 +419,8 @@ class LaneRunner:
             rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
             tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
-            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now))
+            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now),
+            left_at_deadline=left_at_deadline)
 
 
 def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,
