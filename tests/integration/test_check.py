@@ -17,7 +17,7 @@ from clikit import PY, env_for
 from flowkit import ANCHOR, scaled_connector
 from feiqiu_etl.connector import load_connector
 from feiqiu_etl.connector.windows import fmt, parse_local
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 

@@ -5,7 +5,7 @@ where nothing was ever loaded and no store is named. Real processes, real Postgr
 from __future__ import annotations
 
 from clikit import cli
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 
 SITE, OTHER = 8640015201004417, 8640015201004418
 

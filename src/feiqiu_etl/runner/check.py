@@ -16,7 +16,7 @@ Each task's page-1 ``total`` is the store's **measured size** (``etl_meta.store_
 :mod:`feiqiu_etl.registry.sizes`): a plan without history uses it instead of the contract's lower bound.
 
 A token refused, a store not granted or an upstream not reached is what a run would meet: the check says it in
-one line and ends with its own exit code (:data:`feiqiu_etl.exitcodes.CHECK_TOKEN` …). A lane stops at its first
+one line and ends with its own exit code (:data:`feiqiu_etl.common.exitcodes.CHECK_TOKEN` …). A lane stops at its first
 40101 or unreachable attempt (nothing else of it can answer); a store stops at its 40103.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
 
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 from feiqiu_etl.api.client import APIClient, EnvelopeRules, RetryPolicy
 from feiqiu_etl.api.errors import ApiError, AuthError, SiteForbiddenError, TransportFailure
 from feiqiu_etl.connector.spec import OdsTaskSpec, json_type

@@ -11,7 +11,7 @@ STALE = 8            # freshness --fail-stale: some scheduled store/task is olde
 DEADLINE = 9         # a lane reached its --deadline: what ran is loaded, the rest is the next run's
 HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
 
-# the exit code of each run status: feiqiu_etl.runner.results.STATUSES
+# the exit code of each run status: feiqiu_etl.common.status.STATUSES
 
 # feiqiu-etl check (issue 27): what a run would meet, each its own code
 CHECK_TOKEN = 10        # check: a token was refused (40101: invalid or expired)
