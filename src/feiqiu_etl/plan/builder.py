@@ -73,6 +73,8 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
         connect_timeout=inputs.connect_timeout, retry=inputs.retry,
         max_transport_failures=inputs.settings.lane.max_transport_failures,
         max_active_stores=inputs.settings.lane.max_active_stores, request_seconds=latency,
+        documented_gaps={name: c.min_gap for name, c in inputs.connector.api.gap_classes.items()},
+        floor_margin=lane.settings.lane.safety_margin_seconds,
     )
 
 

@@ -156,6 +156,10 @@ class LanePlan:
     safe_gaps: Mapping[str, float] = field(default_factory=dict)
     request_seconds: float = 0.1
     fit: "LaneFit | None" = None
+    documented_gaps: Mapping[str, float] = field(default_factory=dict)
+    """The connector's documented minimum gap per class (s, ``api.gap_classes``): what a 42901 is measured against."""
+    floor_margin: float = 0.3
+    """``lane.safety_margin_seconds``: what a floor learnt from a 42901 adds to the rejected gap (s)."""
 
     @property
     def key(self) -> str:

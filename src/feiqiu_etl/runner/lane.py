@@ -92,7 +92,11 @@ class LaneRunner:
         self.cancellation = runtime.tasks.cancellation.child()  # the run's cancel, and this lane's deadline
         self.pace = Pace(lane.safe_gaps) if lane.deadline is not None else None
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
-                                          logger=self.log, observer=self._attempt, pace=self.pace)
+                                          logger=self.log, observer=self._attempt, pace=self.pace,
+                                          documented=lane.documented_gaps, floor_margin=lane.floor_margin)
+        # stores complete one after another, in the plan's order (issue 30): the lane goes to the first store with a
+        # request ready; the others fill it only while the leader has nothing to send
+        self.scheduler.rank([s.site_id for s in lane.stores])
         self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
