@@ -34,8 +34,9 @@ request of every pipeline using the lane goes through :meth:`RequestScheduler.se
   granted round-robin by ``tenant``, so one big store cannot starve the others — or, once :meth:`rank` gave
   the tenants an order, to the first tenant in that order that has a request ready (stores then complete one
   after another, issue 30; the others fill the lane only while the leader has nothing to send). A request
-  granted to a later tenant that, when its gap is over, finds an earlier tenant waiting gives the lane back
-  (its gap is not lost: every gap runs from the last response);
+  granted to a later tenant that, when its gap is over, finds an earlier tenant waiting gives the lane back,
+  and its drawn gap with it (the earlier one waits no longer than that, for the same class: every gap runs from
+  the last response, so nothing is lost);
 * **a circuit breaker**: after ``max_transport_failures`` attempts in a row that raised an exception with
   ``transport_failure = True`` (connection refused, DNS, connect timeout) the lane *trips*: every later
   ``send`` raises :class:`LaneTripped` at once, so a dead upstream costs seconds, not one retry storm per task;
@@ -165,6 +166,8 @@ class RequestScheduler:
         self._documented = dict(documented or {})
         self._floor_margin = float(floor_margin)
         self._rank: dict[Hashable | None, int] = {}
+        self._drawn: tuple[str | None, float] | None = None    # the gap class and gap of the request granted
+        self._handoff: tuple[str | None, float] | None = None  # ... left by a request that gave the lane back
         if max_transport_failures is not None and max_transport_failures < 1:
             raise ValueError(f"max_transport_failures must be >= 1, got {max_transport_failures}")
         self.name = name
@@ -311,6 +314,7 @@ class RequestScheduler:
             if min(self._rank_of(t.tenant) for t in self._queue) >= mine:
                 return False
             ticket.granted = False
+            self._handoff = self._drawn
             self._busy = False
             self._current = None
             self._current_tenant = None
@@ -367,6 +371,14 @@ class RequestScheduler:
         if self._pace is not None:
             drawn = self._pace.gap(drawn, gap_class)
         with self._cond:
+            if self._handoff is not None:
+                # a later store drew a gap and gave the lane back to this (earlier) one: it does not wait longer
+                # than that store would have (else every hand-over would cost the longer of two random gaps)
+                handed_class, handed = self._handoff
+                self._handoff = None
+                if handed_class == gap_class:
+                    drawn = min(drawn, handed)
+            self._drawn = (gap_class, drawn)
             learnt = self._floors.get(gap_class or "")
             floor = learnt.seconds if learnt is not None else 0.0
             now = self._clock.monotonic()
