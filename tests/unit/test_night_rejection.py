@@ -167,3 +167,29 @@ def test_ranked_tenants_complete_one_after_another():
     finished = {n: max(i for i, m in enumerate(order) if m == n) for n in "abc"}
     assert finished["a"] < finished["b"] < finished["c"], order
     assert finished["a"] <= 20, order  # the first store is done after about its own 15 requests, not 45
+
+
+def test_the_lane_completes_the_stalest_store_first():
+    from datetime import datetime, timedelta
+
+    from feiqiu_etl.connector.model import load_connector
+    from feiqiu_etl.connector.windows import Window
+    from feiqiu_etl.plan import PlanHistory, RunOptions, TaskHistory, build_plan, prepare
+
+    now, sites = datetime(2024, 3, 8, 2, 0, 0), [11, 12, 13]
+    inputs = prepare(RunOptions(api_base="http://127.0.0.1:9", token="tok", site_ids=sites, task_codes=[],
+                                overrides={}, environ={}))
+
+    def done(hw):
+        return TaskHistory(done=(Window(hw - timedelta(days=7), hw),), horizon=hw - timedelta(days=7),
+                           runs=({"task": "x", "first_load": False},))
+
+    yesterday, cut = now - timedelta(days=1), now - timedelta(days=2)  # store 13 was cut by last night's deadline
+    history = PlanHistory({(t.code, s): done(cut if s == 13 else yesterday) for t in load_connector().tasks
+                           for s in sites})
+    lane = build_plan(inputs, history, now=now).lanes[0]
+    assert [s.site_id for s in lane.stores] == sites  # the results keep the fleet's order
+    assert lane.store_order == (13, 11, 12)
+    assert [s.site_id for s in lane.ordered_stores()] == [13, 11, 12]
+    history = PlanHistory({(t.code, s): done(yesterday) for t in load_connector().tasks for s in (11, 13)})
+    assert build_plan(inputs, history, now=now).lanes[0].store_order == (12, 11, 13)  # never loaded: first

@@ -160,6 +160,14 @@ class LanePlan:
     """The connector's documented minimum gap per class (s, ``api.gap_classes``): what a 42901 is measured against."""
     floor_margin: float = 0.3
     """``lane.safety_margin_seconds``: what a floor learnt from a 42901 adds to the rejected gap (s)."""
+    store_order: tuple[int, ...] = ()
+    """The order in which the lane completes its stores (site ids; empty: ``stores`` order): the stalest first, so
+    a store a deadline cut last night is the first one whole tonight (issue 30)."""
+
+    def ordered_stores(self) -> tuple[StorePlan, ...]:
+        """``stores`` in :attr:`store_order` (stores it does not name keep their place after those it does)."""
+        rank = {site: i for i, site in enumerate(self.store_order)}
+        return tuple(sorted(self.stores, key=lambda s: rank.get(s.site_id, len(rank))))
 
     @property
     def key(self) -> str:

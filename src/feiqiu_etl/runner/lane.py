@@ -96,7 +96,7 @@ class LaneRunner:
                                           documented=lane.documented_gaps, floor_margin=lane.floor_margin)
         # stores complete one after another, in the plan's order (issue 30): the lane goes to the first store with a
         # request ready; the others fill it only while the leader has nothing to send
-        self.scheduler.rank([s.site_id for s in lane.stores])
+        self.scheduler.rank([s.site_id for s in lane.ordered_stores()])
         self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
@@ -121,7 +121,9 @@ class LaneRunner:
         self._arm_deadline()
         try:
             for phase in (PHASES if self.plan.phased else ("all",)):
-                stores = [s for s in self._stores if any(p == phase for p, _ in s.schedule)]
+                rank = {s.site_id: i for i, s in enumerate(self.plan.ordered_stores())}
+                stores = sorted((s for s in self._stores if any(p == phase for p, _ in s.schedule)),
+                                key=lambda s: rank[s.plan.site_id])  # the pool starts them in this order
                 workers = max(1, min(self.plan.active_stores, len(stores)))
                 if workers == 1:
                     for store in stores:
