@@ -148,7 +148,7 @@ def start_simulator(args, fleet: Path, env: dict, log: Path) -> tuple[subprocess
     lines: list[str] = []  # "… listening on URL", "Bearer token: T" (or nothing: the process ended)
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout.readline() for _ in range(2)), daemon=True)
     reader.start()
-    reader.join(timeout=60)
+    reader.join(timeout=600)  # 35 stores take minutes to generate on a busy machine
     if len(lines) < 2 or "listening on" not in lines[0] or not lines[1].startswith("Bearer token:"):
         proc.kill()
         raise SystemExit(f"the simulator did not start: {log.read_text()[-2000:]}")
