@@ -189,7 +189,9 @@ def test_the_lane_completes_the_stalest_store_first():
                            for s in sites})
     lane = build_plan(inputs, history, now=now).lanes[0]
     assert [s.site_id for s in lane.stores] == sites  # the results keep the fleet's order
-    assert lane.store_order == (13, 11, 12)
+    assert lane.store_staleness == {13: 0, 11: 1, 12: 1}
     assert [s.site_id for s in lane.ordered_stores()] == [13, 11, 12]
+    assert lane.store_key(13, 10_000) < lane.store_key(12, 10) < lane.store_key(11, 11)  # stalest, then least left
     history = PlanHistory({(t.code, s): done(yesterday) for t in load_connector().tasks for s in (11, 13)})
-    assert build_plan(inputs, history, now=now).lanes[0].store_order == (12, 11, 13)  # never loaded: first
+    ordered = build_plan(inputs, history, now=now).lanes[0].ordered_stores()
+    assert [s.site_id for s in ordered] == [12, 11, 13]  # never loaded: first
