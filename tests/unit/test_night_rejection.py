@@ -195,3 +195,23 @@ def test_the_lane_completes_the_stalest_store_first():
     history = PlanHistory({(t.code, s): done(yesterday) for t in load_connector().tasks for s in (11, 13)})
     ordered = build_plan(inputs, history, now=now).lanes[0].ordered_stores()
     assert [s.site_id for s in ordered] == [12, 11, 13]  # never loaded: first
+
+
+def test_a_later_store_waiting_its_gap_gives_way_at_once_to_an_earlier_one():
+    import time
+
+    lane = RequestScheduler()
+    lane.rank(["leader", "later"])
+    sent: dict[str, float] = {}
+    lane.send(lambda: None, RateLimiter(0, 0), tenant="leader")
+    ended = time.monotonic()
+    later = threading.Thread(target=lambda: lane.send(lambda: sent.setdefault("later", time.monotonic()),
+                                                      RateLimiter(3, 3), tenant="later"))
+    later.start()  # granted the free lane; its gap is 3 s
+    deadline = time.monotonic() + 5
+    while lane.statistics().current_tenant != "later" and time.monotonic() < deadline:
+        time.sleep(0.005)
+    lane.send(lambda: sent.setdefault("leader", time.monotonic()), RateLimiter(0.3, 0.3), tenant="leader")
+    later.join(10)
+    assert sent["leader"] - ended == pytest.approx(0.3, abs=0.25)  # its own gap, not after the later store's 3 s
+    assert sent["later"] > sent["leader"]

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
+from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock, SystemClock
 from feiqiu_etl.pipeline.errors import Cancelled, LaneBackoff, LaneTripped
 from feiqiu_etl.pipeline.pace import Pace
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter
@@ -72,6 +72,10 @@ WAIT_REASONS = ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane",
 """Why the next request is not sent yet: its drawn gap, the class floor, an upstream retry hint, a ban,
 a hold after a timed-out request, another tenant holding the lane, or the lane paused from outside (e.g.
 while the database that stores the rows is away)."""
+
+
+_GIVE_WAY = "give-way"
+"""What :meth:`RequestScheduler._wait_gap` returns when it stopped early because an earlier store waits."""
 
 
 @dataclass(frozen=True)
@@ -272,9 +276,9 @@ class RequestScheduler:
         """
         ticket = self._acquire(tenant, cancel_event)
         try:
-            while True:
+            while True:  # a later store gives the lane to an earlier one that waits, and waits its turn again
                 reason = self._wait_gap(limiter, cancel_event, min_wait, gap_class, tenant, label)
-                if not self._yield_to_earlier(ticket, cancel_event):
+                if not self._yield_to_earlier(ticket, cancel_event) and reason != _GIVE_WAY:
                     break
             return self._call(fn, cancel_event, gap_class, abortable, label, tenant, reason)
         finally:
@@ -289,6 +293,8 @@ class RequestScheduler:
                 self._order.append(tenant)
             self._queue.append(ticket)
             self._grant()
+            if not ticket.granted and self._rank:
+                self._cond.notify_all()  # a later store waiting for its gap gives way at once
             self._await_grant(ticket, cancel_event)
         return ticket
 
@@ -399,7 +405,14 @@ class RequestScheduler:
             self._current_tenant = tenant
         remaining = due.at - now
         if remaining > 0:
-            cancelled = self._clock.wait(cancel_event, remaining)
+            if self._rank and isinstance(self._clock, SystemClock):
+                cancelled, earlier = self._wait_ranked(cancel_event, due.at, tenant)
+                if earlier and not cancelled:  # an earlier store is waiting: send() hands it the lane at once
+                    with self._cond:
+                        self._waited_seconds += max(0.0, self._clock.monotonic() - now)
+                    return _GIVE_WAY
+            else:
+                cancelled = self._clock.wait(cancel_event, remaining)
             with self._cond:
                 self._waited_seconds += max(0.0, self._clock.monotonic() - now)
                 if cancelled:
@@ -412,6 +425,23 @@ class RequestScheduler:
                 self._cancelled_waits += 1
             raise Cancelled()
         return "paused" if paused else (due.reason if remaining > 0 else None)
+
+    def _wait_ranked(self, cancel_event: threading.Event | None, at: float,
+                     tenant: Hashable | None) -> tuple[bool, bool]:
+        """Wait (real time) until ``at``, a cancel, or an earlier-ranked tenant queueing for the lane — whichever
+        comes first, within 50 ms for a cancel; returns ``(cancelled, an earlier tenant waits)``. So a hand-over to
+        the leader happens during the gap, not after it (no extra thread switch between the gap and the request)."""
+        mine = self._rank_of(tenant)
+        with self._cond:
+            while True:
+                if cancel_event is not None and cancel_event.is_set():
+                    return True, False
+                if any(self._rank_of(t.tenant) < mine for t in self._queue):
+                    return False, True
+                left = at - self._clock.monotonic()
+                if left <= 0:
+                    return False, False
+                self._cond.wait(min(left, 0.05))
 
     def _wait_unpaused(self, cancel_event: threading.Event | None) -> bool:
         """Hold the granted request while the lane is paused; True if it had to wait."""
