@@ -300,6 +300,14 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     lane_hours = (t_end - t0) / f / 3600
     lines.append(f"lane: {len(entries)} requests, sent/minimum {total_sent}/{total_min} = {total_sent / total_min:.2f}x; "
                  f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)} (per gap class 42901/42902: {per_class})")
+    previous = None
+    for e in entries:  # each rejection: when, and how long after the previous accepted response it arrived
+        if e["code"] in (42901, 42902):
+            seen = f"{(e['started'] - previous['ended']) * 1000:.1f} ms after" if previous else "before any"
+            lines.append(f"  {e['code']} ({e.get('outcome')}) at {(e['started'] - t0) / f / 3600:.2f} h, "
+                         f"{gap_class_of(e['path'])}: it arrived {seen} the previous accepted response ended")
+        elif e.get("accepted"):
+            previous = e
     deadline = next((lane.get("deadline") for lane in night.result.get("lanes", []) if lane.get("deadline")), None)
     if deadline:
         fit = deadline.get("fit") or {}
@@ -316,6 +324,8 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
                           *((t.pipeline or {}).get("rate_max", 0) for t in load_connector().tasks)])
         lines.append(f"  the last response {abs(over):.3f} s {'after' if over > 0 else 'before'} the deadline "
                      f"(= {abs(over) / f:.0f} s scaled back; the widest configured gap is {widest:g} s)")
+    lines.append(f"  lane time per request {(t_end - t0) / len(entries) * 1000:.1f} ms (= "
+                 f"{(t_end - t0) / len(entries) / f:.2f} s scaled back); the simulator's G {UPSTREAM['gap_standard'] * f * 1000:g} ms")
     lines.append(f"  lane time (first request to last response) {t_end - t0:.1f} s measured = {lane_hours:.2f} h "
                  f"scaled back (÷ {f:g}); the command's wall time {night.wall:.1f} s = {night.wall / f / 3600:.2f} h")
     lines.append(f"  at the default gaps (requests × mean configured gap): {model_seconds / 3600:.2f} h, "
