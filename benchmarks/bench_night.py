@@ -66,6 +66,7 @@ from feiqiu_etl.connector import load_connector
 from feiqiu_etl.connector.windows import fmt, parse_local
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.pipeline.request_scheduler import FLOOR_DECAY_REQUESTS
 from feiqiu_etl.simulator import SCALE_PROFILES, TASK_CODES
 from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, DETAIL_BY_PATH, LIST_BY_PATH, GapClass
 
@@ -171,14 +172,21 @@ def admin(base: str, path: str, body: dict | None = None):
 
 
 def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now: datetime, start: datetime,
-              settings: dict, after_seq: int, extra: list[str] = ()) -> Night:
+              settings: dict, after_seq: int, extra: list[str] = (), inject_after: float | None = None) -> Night:
     cmd = [*PY, "run", "--fleet", str(fleet), "--api-base", base, "--dsn", dsn, "--now", fmt(now), "--unsafe-gaps",
            "--no-progress", "--json", "--connector", str(args.connector), *([] if args.dwd else ["--no-dwd"]),
            *(f"--set={k}={v}" for k, v in settings.items()), *args.run_arg, *extra]
     load_before = os.getloadavg()
     began = time.monotonic()
     began_wall = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    stop = threading.Event()
+    if inject_after is not None:  # one 42901 mid-night (issue 30: it may cost at most three gaps)
+        threading.Thread(target=lambda: stop.wait(inject_after) or admin(base, "/__sim/faults", {"kind": "code42901"}),
+                         daemon=True).start()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    finally:
+        stop.set()
     wall = time.monotonic() - began
     load_after = os.getloadavg()
     try:
@@ -263,6 +271,28 @@ def order_line(args, night: Night, entries: list[dict]) -> str:
             f"every store's recent data before it: {'yes' if not late else 'NO: ' + ', '.join(map(str, late))}")
 
 
+def injected_cost(entries: list[dict], f: float) -> list[str]:
+    """What an injected ``code42901`` cost the lane, in gaps: the time from the last accepted response before it to
+    the first accepted request after it, plus the gaps of the next ``FLOOR_DECAY_REQUESTS`` accepted requests, less
+    as many median gaps (the median of the 200 accepted requests before it, as the simulator saw them)."""
+    faults = [i for i, e in enumerate(entries) if e.get("fault") == "code42901"]
+    if not faults:
+        return []
+    i = faults[0]
+    accepted = [e for e in entries if e.get("accepted") and e.get("fault") is None]
+    before = [e for e in accepted if e["started"] < entries[i]["started"]]
+    after = [e for e in accepted if e["started"] > entries[i]["started"]][:FLOOR_DECAY_REQUESTS + 1]
+    if len(before) < 2 or len(after) < FLOOR_DECAY_REQUESTS + 1:
+        return ["  injected 42901: too close to an end of the night to measure"]
+    seen = sorted(b["started"] - a["ended"] for a, b in zip(before[-201:], before[-200:]))
+    median = seen[len(seen) // 2]
+    spent = after[-1]["started"] - before[-1]["ended"]
+    lost = spent - (len(after)) * median
+    return [f"  injected 42901 at {(entries[i]['started'] - entries[0]['started']) / f / 3600:.2f} h: the lane spent "
+            f"{spent * 1000:.0f} ms on the next {len(after)} accepted requests where {len(after)} median gaps are "
+            f"{len(after) * median * 1000:.0f} ms: it cost {lost / median:.2f} gaps ({lost / f:.1f} s scaled back)"]
+
+
 def report(args, night: Night, means: dict[str, float]) -> list[str]:
     f = args.factor
     entries = sorted(night.entries, key=lambda e: e["started"])
@@ -300,6 +330,7 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     lane_hours = (t_end - t0) / f / 3600
     lines.append(f"lane: {len(entries)} requests, sent/minimum {total_sent}/{total_min} = {total_sent / total_min:.2f}x; "
                  f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)} (per gap class 42901/42902: {per_class})")
+    lines.extend(injected_cost(entries, f))
     previous = None
     for e in entries:  # each rejection: when, and how long after the previous accepted response it arrived
         if e["code"] in (42901, 42902):
@@ -364,6 +395,9 @@ def main() -> None:
                              "runs (to night 2 only with --seed-first-load)")
     parser.add_argument("--seed-first-load", dest="seeded", action="store_true",
                         help="night 1 is a seed: risk control off and no gaps (its time means nothing)")
+    parser.add_argument("--inject-42901", dest="inject", action="store_true",
+                        help="night 2: one injected 42901 (POST /__sim/faults code42901) at half the deadline, or "
+                             "after 60 %% of night 2's requests at the mean configured gap; reports what it cost")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds a run may take (default 7200)")
     parser.add_argument("--output", type=Path, help="also write the report here")
     args = parser.parse_args()
@@ -432,8 +466,13 @@ def main() -> None:
                        f"{changes['ODS_GOODS']['volatile_only']} only in stockQty")
             print(f"\n{summary}\n", flush=True)
             last_seq = max((e["seq"] for e in first.entries), default=0)
+            inject_after = None
+            if args.inject:
+                half = args.deadline * 3600 * f / 2 if args.deadline is not None else 0.3 * args.stores * 3000 * f
+                inject_after = half
             second = run_night(args, "night 2 (the next night)", base, dsn, fleet, env,
-                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq, deadline)
+                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq, deadline,
+                               inject_after)
             tail = report(args, second, means)
             print("\n".join(tail), flush=True)
         finally:
