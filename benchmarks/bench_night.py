@@ -272,9 +272,10 @@ def order_line(args, night: Night, entries: list[dict]) -> str:
 
 
 def injected_cost(entries: list[dict], f: float) -> list[str]:
-    """What an injected ``code42901`` cost the lane, in gaps: the time from the last accepted response before it to
-    the first accepted request after it, plus the gaps of the next ``FLOOR_DECAY_REQUESTS`` accepted requests, less
-    as many median gaps (the median of the 200 accepted requests before it, as the simulator saw them)."""
+    """What an injected ``code42901`` cost the lane, in gaps: the gaps (as the simulator saw them: a request's arrival
+    less the previous response's end) from the last accepted response before it through the next
+    ``FLOOR_DECAY_REQUESTS + 1`` accepted requests, plus the rejected request's own time, less as many median gaps
+    of the 200 accepted requests before it."""
     faults = [i for i, e in enumerate(entries) if e.get("fault") == "code42901"]
     if not faults:
         return []
@@ -286,11 +287,13 @@ def injected_cost(entries: list[dict], f: float) -> list[str]:
         return ["  injected 42901: too close to an end of the night to measure"]
     seen = sorted(b["started"] - a["ended"] for a, b in zip(before[-201:], before[-200:]))
     median = seen[len(seen) // 2]
-    spent = after[-1]["started"] - before[-1]["ended"]
-    lost = spent - (len(after)) * median
-    return [f"  injected 42901 at {(entries[i]['started'] - entries[0]['started']) / f / 3600:.2f} h: the lane spent "
-            f"{spent * 1000:.0f} ms on the next {len(after)} accepted requests where {len(after)} median gaps are "
-            f"{len(after) * median * 1000:.0f} ms: it cost {lost / median:.2f} gaps ({lost / f:.1f} s scaled back)"]
+    chain = [before[-1], entries[i], *after]  # the gaps between them, and the rejected request's own time
+    spent = sum(b["started"] - a["ended"] for a, b in zip(chain, chain[1:])) + entries[i]["ended"] - entries[i]["started"]
+    lost = spent - len(after) * median
+    return [f"  injected 42901 at {(entries[i]['started'] - entries[0]['started']) / f / 3600:.2f} h: the {len(after)} "
+            f"gaps after it (and the rejected request) took {spent * 1000:.0f} ms where {len(after)} median gaps "
+            f"({median * 1000:.1f} ms) are {len(after) * median * 1000:.0f} ms: it cost {lost / median:.2f} gaps "
+            f"({lost / f:.1f} s scaled back)"]
 
 
 def report(args, night: Night, means: dict[str, float]) -> list[str]:
