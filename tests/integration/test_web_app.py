@@ -108,12 +108,12 @@ def test_cancel_needs_post_with_the_pages_csrf_token(conn, pg_dsn):
         other_site = c.post("/api/runs/run-live/cancel", headers={"X-CSRF-Token": token,
                                                                    "Origin": "http://evil.example"})
         assert other_site.status_code == 403
-        assert registry.get_run(conn, "run-live", with_log=False)["cancel_requested_at"] is None
+        assert registry.get_run(conn, "run-live", with_log=False).cancel_requested_at is None
         ok = c.post("/api/runs/run-live/cancel", headers={"X-CSRF-Token": token, "Origin": "http://127.0.0.1:8080"})
         assert ok.status_code == 202 and ok.json() == {"run_id": "run-live", "requested": True,
                                                        "status_before": "RUNNING"}
         run = registry.get_run(conn, "run-live", with_log=False)
-        assert run["cancel_requested_at"] is not None and run["cancel_requested_by"].startswith("web page")
+        assert run.cancel_requested_at is not None and run.cancel_requested_by.startswith("web page")
         done = c.post("/api/runs/run-done/cancel", headers={"X-CSRF-Token": token})
         assert done.status_code == 409 and done.json()["status"] == "SUCCESS"
         assert c.post("/api/runs/none/cancel", headers={"X-CSRF-Token": token}).status_code == 404

@@ -24,14 +24,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-FAILED, PARTIAL, INTERRUPTED, TIMEOUT = "FAILED", "PARTIAL", "INTERRUPTED", "TIMEOUT"
-TOKEN_REFUSED, STORE_REFUSED, BANNED = "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
-CONSECUTIVE_FAILURES, STALE, TEST, DEADLINE = "CONSECUTIVE_FAILURES", "STALE", "TEST", "DEADLINE"
+from feiqiu_etl.common import exitcodes
+from feiqiu_etl.common.status import Status
+
+FAILED, PARTIAL, INTERRUPTED, DEADLINE = (s.value for s in (Status.FAILED, Status.PARTIAL, Status.INTERRUPTED,
+                                                           Status.DEADLINE))
+"""The reasons a run's status raises are named after the status."""
+TIMEOUT, TOKEN_REFUSED, STORE_REFUSED, BANNED = "TIMEOUT", "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
+CONSECUTIVE_FAILURES, STALE, TEST = "CONSECUTIVE_FAILURES", "STALE", "TEST"
 RECONCILE = "RECONCILE"
 RECONCILE_ALERTED = ("short", "over", "unexpected_zero")
 """Listing verdicts that raise ``RECONCILE`` (``tasks.ods.reconcile.ALERTED``; here as data: rules import no task)."""
 
-STATUS_REASONS = {"FAILED": FAILED, "PARTIAL": PARTIAL, "INTERRUPTED": INTERRUPTED, "DEADLINE": DEADLINE}
+STATUS_REASONS = {Status.FAILED: FAILED, Status.PARTIAL: PARTIAL, Status.INTERRUPTED: INTERRUPTED,
+                  Status.DEADLINE: DEADLINE}
 """Run status → reason. A status not listed (SUCCESS, CANCELLED) raises nothing by itself."""
 
 REASONS = (FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES, BANNED, STORE_REFUSED, PARTIAL,
@@ -44,7 +50,6 @@ RULE_NAMES = tuple(r.lower() for r in REASONS if r != TEST)
 FAILURE_REASONS = frozenset({FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES})
 """Sent as Apprise's ``failure`` type; the others as ``warning`` (``TEST`` as ``info``)."""
 
-LANE_BUSY_EXIT = 6
 
 
 @dataclass(frozen=True)
@@ -62,13 +67,13 @@ def run_findings(summary: dict[str, Any], rules: Any) -> list[Finding]:
     record: ``run_id``, ``status``, ``error``); ``rules`` a :class:`~feiqiu_etl.alerts.config.RulesModel`.
     A run whose every lane was busy (exit 6: another run holds the token) raises nothing: nothing failed."""
     run_id, status = summary["run_id"], summary.get("status")
-    if summary.get("exit_code") == LANE_BUSY_EXIT:
+    if summary.get("exit_code") == exitcodes.LANE_BUSY:
         return []
     out: list[Finding] = []
     reason = STATUS_REASONS.get(status or "")
     if reason and getattr(rules, reason.lower(), False):
         out.append(Finding(reason, run_id, {"status": status, "error": summary.get("error")}))
-    if status == "CANCELLED" and rules.timeout and "timeout" in (summary.get("error") or ""):
+    if status == Status.CANCELLED and rules.timeout and "timeout" in (summary.get("error") or ""):
         out.append(Finding(TIMEOUT, run_id, {"error": summary.get("error")}))
     lanes = [lane for lane in summary.get("lanes") or [] if isinstance(lane, dict)]
     if rules.token_refused:
@@ -117,11 +122,11 @@ def store_outcome(run: dict[str, Any], site_id: int) -> str | None:
             if store.get("site_id") == site_id:
                 if lane.get("busy"):
                     return None
-                return "failed" if store.get("status") == "FAILED" else (
-                    None if store.get("status") == "CANCELLED" else "ok")
-    if run.get("exit_code") == LANE_BUSY_EXIT or run.get("status") in ("CANCELLED", "RUNNING"):
+                return "failed" if store.get("status") == Status.FAILED else (
+                    None if store.get("status") == Status.CANCELLED else "ok")
+    if run.get("exit_code") == exitcodes.LANE_BUSY or run.get("status") in (Status.CANCELLED, Status.RUNNING):
         return None
-    return "failed" if run.get("status") in ("FAILED", "INTERRUPTED") else "ok"
+    return "failed" if run.get("status") in (Status.FAILED, Status.INTERRUPTED) else "ok"
 
 
 def failure_streak(runs: Iterable[dict[str, Any]], site_id: int) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, \
     setup_logging, warehouse
 from feiqiu_etl.registry import state as bookkeeping

@@ -33,7 +33,6 @@ variables ``FEIQIU_API_TOKEN``, ``FEIQIU_API_BASE``, ``ETL_DB_DSN``, ``FEIQIU_WE
 from __future__ import annotations
 
 import enum
-import hashlib
 import os
 import typing
 from dataclasses import dataclass
@@ -504,11 +503,6 @@ def env_to_key(name: str) -> str | None:
                 return f"{ns}.{task}.{key}"
         return f"{ns}.{rest}"
     return None
-
-
-def fingerprint(secret: str) -> str:
-    """First 12 hex digits of SHA-256 of ``secret``: stable, short, and useless for calling the API."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()[:12]
 
 
 def reveal(secret: SecretStr | None) -> str | None:

@@ -7,14 +7,15 @@ This module never performs network or database I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from feiqiu_etl.connector.yamldoc import describe, read_yaml
+from feiqiu_etl.common.yamldoc import Strict, load_definition, read_yaml
 from feiqiu_etl.connector.spec import DetailSpec, KeyColumn, OdsTaskSpec
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -26,11 +27,7 @@ class ConnectorError(ValueError):
     """A connector file is missing, unreadable or invalid; ``str()`` is a one-line message."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KeyModel(_Strict):
+class KeyModel(Strict):
     field: str = Field(min_length=1)
     column: str
     type: Literal["bigint", "text", "integer"]
@@ -46,14 +43,14 @@ class KeyModel(_Strict):
         return KeyColumn(self.field, self.column, self.type)
 
 
-class EnvelopeModel(_Strict):
+class EnvelopeModel(Strict):
     code_field: str = "code"
     ok_code: int = 0
     message_field: str = "msg"
     data_field: str = "data"
 
 
-class PaginationModel(_Strict):
+class PaginationModel(Strict):
     page_param: str = "page"
     limit_param: str = "limit"
     first_page: int = Field(1, ge=0)
@@ -61,7 +58,7 @@ class PaginationModel(_Strict):
     max_pages: int = Field(5000, ge=1)
 
 
-class WindowModel(_Strict):
+class WindowModel(Strict):
     start_param: str = "startTime"
     end_param: str = "endTime"
     format: Literal["%Y-%m-%d %H:%M:%S"] = "%Y-%m-%d %H:%M:%S"   # the only format supported so far
@@ -69,29 +66,44 @@ class WindowModel(_Strict):
     max_days: float = Field(31, ge=1 / 24, le=366)   # at least one hour per segment
 
 
-class ErrorsModel(_Strict):
-    retry: list[int] = [42901, 42902, 50001]
-    rate_limited: list[int] = [42901, 42902]
+@functools.cache
+def _bundled_errors() -> dict[str, Any]:
+    """``api.errors`` of the bundled connector file (``feiqiu.yaml``), read once: the error codes' ONE place
+    (upstream-api.md §2.1), also the table of a connector file that names none."""
+    raw = read_yaml(default_connector_path(), ConnectorError, "connector file")
+    return dict(raw["api"]["errors"])
+
+
+class ErrorsModel(Strict):
+    """What each business code means (the client's :class:`~feiqiu_etl.api.client.EnvelopeRules`)."""
+
+    retry: list[int]
+    rate_limited: list[int]
     retry_after_field: str = "retryAfter"
-    abort_run: list[int] = [40101]
-    abort_site: list[int] = [40103]
-    not_found: list[int] = [40401]
+    abort_run: list[int]
+    abort_site: list[int]
+    not_found: list[int]
+
+    @classmethod
+    def bundled(cls) -> "ErrorsModel":
+        """The bundled connector's table (the default of ``api.errors``)."""
+        return cls.model_validate(_bundled_errors())
 
 
-class GapClassModel(_Strict):
+class GapClassModel(Strict):
     """An endpoint class of the upstream's risk control (upstream-api.md §2.2 rule 2)."""
 
     min_gap: float = Field(ge=0, le=3600, description="documented minimum gap after the previous response, s")
     description: str = ""
 
 
-class ApiModel(_Strict):
+class ApiModel(Strict):
     auth: Literal["bearer"] = "bearer"
     site_param: str = "siteId"
     envelope: EnvelopeModel = EnvelopeModel()
     pagination: PaginationModel = PaginationModel()
     window: WindowModel = WindowModel()
-    errors: ErrorsModel = ErrorsModel()
+    errors: ErrorsModel = Field(default_factory=ErrorsModel.bundled)
     timeout_seconds: float = Field(30.0, gt=0, le=600)  # default of the api.timeout setting
     gap_classes: dict[str, GapClassModel] = {"standard": GapClassModel(min_gap=0.0)}
     default_gap_class: str = "standard"
@@ -104,7 +116,7 @@ class ApiModel(_Strict):
         return self
 
 
-class DetailModel(_Strict):
+class DetailModel(Strict):
     endpoint: str = Field(pattern=r"^/")
     params: dict[str, str] = Field(description="request body key -> list-record field (copied unchanged)")
     id_column: str
@@ -161,7 +173,7 @@ MAX_LOOKBACK_MINUTES = 31 * 24 * 60.0
 """The longest per-task look-back: one window of the API (upstream-api.md §1.2)."""
 
 
-class VolumeRange(_Strict):
+class VolumeRange(Strict):
     """A documented volume ``[low, high]`` (records); written as a two-item list in YAML."""
 
     low: int = Field(ge=0)
@@ -190,7 +202,7 @@ _PIPELINE_KEYS = {"workers", "queue_size", "batch_size", "batch_timeout", "rate_
                   "max_consecutive_failures"}
 
 
-class TaskModel(_Strict):
+class TaskModel(Strict):
     code: str
     endpoint: str = Field(pattern=r"^/")
     kind: Literal["snapshot", "windowed"]
@@ -259,7 +271,7 @@ class TaskModel(_Strict):
         return self
 
 
-class IntegrityModel(_Strict):
+class IntegrityModel(Strict):
     """How far a listing is trusted (issue 25, tasks/ods/reconcile.py): extra listings per task and run fetched
     again from page 1, the rows a day usually has for 0 rows to be unexpected, weeks of the trailing median."""
 
@@ -268,11 +280,11 @@ class IntegrityModel(_Strict):
     zero_weeks: int = Field(4, ge=2, le=52)
 
 
-class ConnectorModel(_Strict):
+class ConnectorModel(Strict):
     name: str
     description: str = ""
-    api: ApiModel = ApiModel()
-    integrity: IntegrityModel = IntegrityModel()
+    api: ApiModel = Field(default_factory=ApiModel)
+    integrity: IntegrityModel = Field(default_factory=IntegrityModel)
     dwd_mapping: str | None = None
     tasks: list[TaskModel] = Field(min_length=1)
 
@@ -412,11 +424,6 @@ def load_connector(path: str | Path | None = None) -> Connector:
     Raises :class:`ConnectorError` with ``"<file>: tasks[3] (ODS_X).keys[0] (memberId).type: <problem>"``.
     """
     p = Path(path) if path else default_connector_path()
-    raw = read_yaml(p, ConnectorError, "connector file")
-    if not isinstance(raw, dict):
-        raise ConnectorError(f"{p}: a connector file must be a YAML mapping")
-    try:
-        model = ConnectorModel.model_validate(raw)
-    except ValidationError as exc:
-        raise ConnectorError(f"{p}: {describe(exc, raw, root='connector')}") from None
+    model = load_definition(p, ConnectorModel, ConnectorError, what="connector file", root="connector",
+                            expect="a connector file must be a YAML mapping")
     return Connector(model, p)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
 from feiqiu_etl.api.client import RetryPolicy
-from feiqiu_etl.config.settings import fingerprint
+from feiqiu_etl.common.lanes import fingerprint, lane_key
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
@@ -21,7 +21,6 @@ from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 
 if TYPE_CHECKING:
     from feiqiu_etl.plan.fit import LaneFit
@@ -181,7 +180,7 @@ class LanePlan:
 
     @property
     def key(self) -> str:
-        return f"{self.connector}:{self.token.fingerprint()}"
+        return lane_key(self.connector, self.token.value)
 
     @property
     def active_stores(self) -> int:
@@ -272,17 +271,12 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
-    integrity: IntegrityRules = IntegrityRules()
+    integrity: Mapping[str, Any] = field(default_factory=dict)  # integrity.* (issue 25); {}: the defaults
     db: DbLimits = DbLimits()
     stall_after: float = 900.0
     retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
     started: datetime | None = None
-
-    @property
-    def db_unavailable_limit(self) -> float:
-        """``db.unavailable_limit`` (s)."""
-        return self.db.unavailable_limit
 
     @property
     def stores(self) -> tuple[int, ...]:

@@ -38,7 +38,8 @@ from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestSchedule
 from feiqiu_etl.plan.fit import PHASES, Work, fit_lane, lane_seconds, pace_for
 from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
-from feiqiu_etl.runner.results import BUSY, CANCELLED, DEADLINE, FAILED, PARTIAL, LaneResult, StoreResult, merge_parts
+from feiqiu_etl.common.status import Status
+from feiqiu_etl.runner.results import LaneResult, StoreResult, merge_parts
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
                                    TaskStatistics)
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
@@ -153,8 +154,8 @@ class LaneRunner:
         last = next((e.get("error") for t in reversed(runs) for e in reversed(t.result.errors)
                      if e.get("stage") == "request"), None)
         for t in runs:
-            if not t.result.completed_requests and t.result.status == PARTIAL:
-                t.result.status = FAILED
+            if not t.result.completed_requests and t.result.status == Status.PARTIAL:
+                t.result.status = Status.FAILED
         return (f"upstream unreachable: {s.requests_sent} transport failure(s) in a row, not one attempt reached "
                 f"a server" + (f" (last: {last})" if last else ""))
 
@@ -162,7 +163,8 @@ class LaneRunner:
         """Do not run this lane at all (e.g. another process holds it): every task is reported not run."""
         self.result.reason, self.result.busy = reason, busy
         for store in self._stores:
-            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, BUSY if busy else FAILED,
+            status = Status.BUSY if busy else Status.FAILED
+            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, status,
                                                   self.plan.name)
                                   for t in self.plan.tasks_of(store.plan.site_id)]
         self.client.close()
@@ -217,8 +219,8 @@ class LaneRunner:
         for store in self._stores:
             runs: dict[str, list[TaskRun]] = {}
             for (_, task), run in zip(store.schedule, store.done):
-                if reached and run.status in (CANCELLED, DEADLINE):
-                    run.result.status, run.result.cancelled = DEADLINE, False
+                if reached and run.status in (Status.CANCELLED, Status.DEADLINE):
+                    run.result.status, run.result.cancelled = Status.DEADLINE, False
                     left += max(0, task.estimate.requests - run.result.total_requests)
                 runs.setdefault(run.task_code, []).append(run)
             with self._lock:
@@ -257,15 +259,15 @@ class LaneRunner:
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
         if self.cancellation.is_cancelled and self.cancellation.reason == "deadline" \
                 and not self.rt.tasks.cancellation.is_cancelled:
-            return f"deadline {self.plan.deadline} reached: left for the next run", DEADLINE
+            return f"deadline {self.plan.deadline} reached: left for the next run", Status.DEADLINE
         if self.cancellation.is_cancelled:
-            return "cancelled before start", CANCELLED
+            return "cancelled before start", Status.CANCELLED
         tripped = self.scheduler.tripped
         if tripped:
-            return tripped, FAILED
+            return tripped, Status.FAILED
         if store.refused:
-            return store.refused, FAILED
-        return None, FAILED
+            return store.refused, Status.FAILED
+        return None, Status.FAILED
 
     def _transport(self, store: _StoreState):
         def transport(request: PipelineRequest, send):
@@ -448,7 +450,8 @@ def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[T
     store is smaller or bigger than the contract's lower bound in all its lists alike, more or less)."""
     planned = needed = 0
     for (_, task), run in zip(schedule, finished):
-        if task.estimate.basis == "contract" and run.skipped is None and run.status in ("SUCCESS", "PARTIAL"):
+        if task.estimate.basis == "contract" and run.skipped is None \
+                and run.status in (Status.SUCCESS, Status.PARTIAL):
             planned += task.estimate.requests
             needed += run.result.total_requests
     if current is not None and running is not None and current.estimate.basis == "contract" and running.requests:

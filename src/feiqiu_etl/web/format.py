@@ -8,10 +8,9 @@ from typing import Any
 from jinja2 import Undefined
 
 from feiqiu_etl.formats import duration as _duration
+from feiqiu_etl.common.status import Status
 from feiqiu_etl.formats import when
 
-STATUS_CLASSES = {"RUNNING": "running", "SUCCESS": "success", "PARTIAL": "partial", "FAILED": "failed",
-                  "CANCELLED": "cancelled", "INTERRUPTED": "interrupted", "BUSY": "busy", "DEADLINE": "deadline"}
 
 
 def _missing(value: Any) -> bool:
@@ -60,7 +59,11 @@ def shortwin(value: Any) -> str:
 
 
 def status_class(status: str | None) -> str:
-    return STATUS_CLASSES.get((status or "").upper(), "unknown")
+    """The CSS class of a status (``"success"``: :attr:`Status.css`), ``"unknown"`` for anything else."""
+    try:
+        return Status((status or "").upper()).css
+    except ValueError:
+        return "unknown"
 
 
 FILTERS = {"ts": ts, "dur": dur, "age": age, "num": num, "status_class": status_class,

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from feiqiu_etl.app.reads import run_detail
 from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl import registry
@@ -32,6 +33,7 @@ from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id}
 from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
+from feiqiu_etl.common.status import RECORDED, Status
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -54,7 +56,7 @@ def runs_page(request: Request) -> Response:
         total = registry.count_runs(conn, status=q["status"], store=q["store"])
         rows = registry.list_runs(conn, limit=q["per_page"], offset=(q["page"] - 1) * q["per_page"],
                                   status=q["status"], store=q["store"])
-        live = queries.live_totals(conn, [r["run_id"] for r in rows if r["status"] == "RUNNING"])
+        live = queries.live_totals(conn, [r.run_id for r in rows if r.status == Status.RUNNING])
         stores = queries.store_ids(conn)
     pages = max(1, -(-total // q["per_page"]))
 
@@ -64,7 +66,7 @@ def runs_page(request: Request) -> Response:
         return "/" + (f"?{urlencode(params)}" if params else "")
 
     return web.page(request, "runs.html", nav="runs", runs=rows, live=live, total=total, q=q, pages=pages,
-                    stores=stores, statuses=registry.STATUSES, link=link)
+                    stores=stores, statuses=RECORDED, link=link)
 
 
 def run_page(request: Request) -> Response:
@@ -77,9 +79,9 @@ def run_page(request: Request) -> Response:
             raise HTTPException(404, f"no run {wanted!r}")
         if rid != wanted:
             return RedirectResponse(f"/runs/{rid}", 303)
-        run = registry.get_run(conn, rid)
+        run = run_detail(conn, rid)
         attempts = registry.run_requests(conn, rid)
-    summary = run.get("summary") or {}
+    summary = run.summary or {}
     svg = _timeline(run, attempts)
     tasks = summary.get("tasks") or []
     stores: dict[Any, dict] = {}
@@ -91,15 +93,15 @@ def run_page(request: Request) -> Response:
         by_store.setdefault(t.get("site_id"), []).append(t)
     log_task = request.query_params.get("task") or None
     log_site = _int(request, "site", 0, 0, 2**53) or None
-    log = [e for e in run.get("log") or [] if (log_task is None or e.get("task") == log_task)
+    log = [e for e in run.log or [] if (log_task is None or e.get("task") == log_task)
            and (log_site is None or e.get("site_id") == log_site)]
-    from feiqiu_etl.report import reconcile_lines  # the same lines as `show RUN` (issue 25)
+    from feiqiu_etl.formats import reconcile_lines  # the same lines as `show RUN` (issue 25)
 
     return web.page(request, "run.html", nav="runs", run=run, summary=summary, stores=stores, by_store=by_store,
                     log=log, log_task=log_task, log_site=log_site, reconcile=reconcile_lines(tasks),
                     svg=Markup(svg), counts=attempt_counts(attempts), attempts=len(attempts),
-                    config_json=json.dumps(queries.jsonable(run.get("config")), indent=1, ensure_ascii=False),
-                    args_json=json.dumps(queries.jsonable(run.get("args")), indent=1, ensure_ascii=False))
+                    config_json=json.dumps(queries.jsonable(run.config), indent=1, ensure_ascii=False),
+                    args_json=json.dumps(queries.jsonable(run.args), indent=1, ensure_ascii=False))
 
 
 def timeline_image(request: Request) -> Response:
@@ -108,7 +110,7 @@ def timeline_image(request: Request) -> Response:
         run = registry.get_run(conn, request.path_params["run_id"], with_log=False)
         if run is None:
             raise HTTPException(404, "no such run")
-        attempts = registry.run_requests(conn, run["run_id"])
+        attempts = registry.run_requests(conn, run.run_id)
     return Response(_timeline(run, attempts), media_type="image/svg+xml")
 
 
@@ -191,7 +193,7 @@ def api_run(request: Request) -> Response:
     """``GET /api/runs/{id}``: the run as ``show --json`` gives it (``id`` may be a unique prefix or ``last``)."""
     with _state(request).db() as conn:
         rid = registry.resolve_run_id(conn, request.path_params["run_id"])
-        run = registry.get_run(conn, rid) if rid else None
+        run = run_detail(conn, rid) if rid else None
     if run is None:
         return _json({"error": "no such run"}, 404)
     return _json(run)
@@ -278,7 +280,7 @@ async def api_cancel(request: Request) -> Response:
     before = await run_in_threadpool(_cancel, web, run_id, who)
     if before is None:
         return _json({"error": "no such run", "run_id": run_id}, 404)
-    if before != "RUNNING":
+    if before != Status.RUNNING:
         return _json({"error": f"run is not running (status {before})", "run_id": run_id, "status": before}, 409)
     if is_form:
         return RedirectResponse("/live", 303)
@@ -379,8 +381,8 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
 
 def _runs_query(request: Request) -> dict[str, Any]:
     status = (request.query_params.get("status") or "").strip().upper() or None
-    if status is not None and status not in registry.STATUSES:
-        raise BadRequest(f"status must be one of {', '.join(registry.STATUSES)}, got {status[:40]!r}")
+    if status is not None and status not in RECORDED:
+        raise BadRequest(f"status must be one of {', '.join(RECORDED)}, got {status[:40]!r}")
     store = _int(request, "store", 0, 0, 2**53) or None
     return {"status": status, "store": store, "page": _int(request, "page", 1, 1, 10**7),
             "per_page": _int(request, "per_page", PER_PAGE, 1, MAX_PER_PAGE)}
@@ -399,10 +401,10 @@ def _hours(request: Request, default: float) -> float:
     return value
 
 
-def _timeline(run: dict, attempts: list[dict]) -> str:
-    summary = run.get("summary") or {}
-    finished = run.get("status") != "RUNNING"
-    return timeline_svg(attempts, started_at=run["started_at"],
-                        seconds=float(run["duration"]) if finished and run.get("duration") is not None else None,
+def _timeline(run: registry.RunDetail, attempts: list[dict]) -> str:
+    summary = run.summary or {}
+    finished = run.status != Status.RUNNING
+    return timeline_svg(attempts, started_at=run.started_at,
+                        seconds=float(run.duration) if finished and run.duration is not None else None,
                         rows_series=(summary.get("timeline") or {}).get("rows"),
                         lanes=[lane["name"] for lane in summary.get("lanes") or [] if lane.get("name")])

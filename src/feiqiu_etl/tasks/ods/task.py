@@ -37,6 +37,7 @@ from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotSt
 from feiqiu_etl.tasks.ods.reconcile import IntegrityRules, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
+from feiqiu_etl.common.status import Status
 
 
 class PlannedTask(Protocol):
@@ -127,7 +128,7 @@ class TaskRun:
     def not_run(cls, task: PlannedTask, reason: str, status: str, lane: str | None = None) -> "TaskRun":
         """A planned task that never started (its store or lane stopped, or the run was cancelled)."""
         spec = task.spec
-        result = PipelineResult(status=status, cancelled=status == "CANCELLED")
+        result = PipelineResult(status=status, cancelled=status == Status.CANCELLED)
         return cls(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,
                    [(fmt(w.start), fmt(w.end)) for w in task.windows], lane=lane, skipped=reason)
 
@@ -227,7 +228,6 @@ class BaseOdsTask:
             totals = PageTotals()
             expected = slot.run(lambda c: self._expectations(c, site_id))
             reconciler = Reconciler(ctx.integrity, spec.page_size, expected)
-            listings: list = []
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields, totals=totals, reconciler=reconciler,
@@ -252,7 +252,7 @@ class BaseOdsTask:
 
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
                 return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note,
-                                                        reconciler, listings))
+                                                        reconciler))
 
             seeds = list(self._seeds(site_id, pending))
             recheck = _Recheck(spec, rechecks, writer, site_id, self.task.recheck_budget)
@@ -277,7 +277,8 @@ class BaseOdsTask:
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used,
                                 "credit": self.task.recheck_credit} if spec.detail else None,
                        schema_drift=drift, deferred_details=writer.deferred,
-                       reconcile=reconcile.summary(listings, reconciler.refetches, ctx.integrity.refetch_listings))
+                       reconcile=reconcile.summary(reconciler.recorded, reconciler.refetches,
+                                                  ctx.integrity.refetch_listings))
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
@@ -401,7 +402,7 @@ class BaseOdsTask:
     # ----------------------------------------------------------------- scope completions (writer thread)
     def _scope_done(self, writer: OdsWriter, site_id: int, scope: Any, ok: bool,
                     snapshot: SnapshotState | None, run_started: datetime, note: dict,
-                    reconciler: Reconciler | None = None, listings: list | None = None) -> WriteResult | None:
+                    reconciler: Reconciler | None = None) -> WriteResult | None:
         if not isinstance(scope, tuple) or scope[0] not in ("segment", "snapshot"):
             return None
         deleted = None
@@ -420,10 +421,10 @@ class BaseOdsTask:
             return WriteResult(deleted=deleted) if deleted is not None else None
         finally:
             if reconciler is not None:
-                self._record_listing(writer, site_id, scope, reconciler, deleted or 0, listings)
+                self._record_listing(writer, site_id, scope, reconciler, deleted or 0)
 
     def _record_listing(self, writer: OdsWriter, site_id: int, scope: tuple, reconciler: Reconciler,
-                        deleted: int, listings: list | None) -> None:
+                        deleted: int) -> None:
         """The listing's row of ``etl_meta.listing_reconcile`` (issue 25), with its ODS outcome."""
         outcome = reconciler.outcome(scope)
         outcome.ods_inserted, outcome.ods_updated, outcome.ods_unchanged = writer.scope_counts.pop(scope, (0, 0, 0))
@@ -431,8 +432,7 @@ class BaseOdsTask:
         with writer.conn.transaction():
             reconcile.record(writer.conn, run_id=self.ctx.run_id, connector=self.conv.connector,
                              task_code=self.spec.code, site_id=site_id, outcome=outcome)
-        if listings is not None:
-            listings.append(outcome)
+        reconciler.recorded.append(outcome)
         if outcome.verdict in reconcile.ALERTED:
             self.logger.warning("listing %s: %s (%s)", outcome.verdict, outcome.reason,
                                 "snapshot" if scope[0] == "snapshot" else f"{fmt(scope[3])} - {fmt(scope[4])}")
