@@ -75,7 +75,27 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
         connect_timeout=inputs.connect_timeout, retry=inputs.retry,
         max_transport_failures=inputs.settings.lane.max_transport_failures,
         max_active_stores=inputs.settings.lane.max_active_stores, request_seconds=latency,
+        documented_gaps={name: c.min_gap for name, c in inputs.connector.api.gap_classes.items()},
+        floor_margin=lane.settings.lane.safety_margin_seconds,
+        store_staleness=stalest_first(lane.stores, tasks),
     )
+
+
+def stalest_first(stores, tasks) -> dict[int, int]:
+    """Per site id its staleness rank, 0 the stalest: by the oldest horizon (the earliest start planned) of its
+    windowed tasks — a store never loaded first of all; stores with the same horizon share a rank (issue 30: a store
+    that a deadline cut last night is the first one whole tonight, instead of the same stores being cut every
+    night)."""
+    oldest: dict[int, datetime | None] = {}
+    for t in tasks:
+        if t.spec.kind != "windowed":
+            continue
+        horizon = t.horizon if not t.first_load else None
+        known = oldest.get(t.site_id, datetime.max)
+        oldest[t.site_id] = None if horizon is None or known is None else min(known, horizon)
+    key = {s.site_id: oldest.get(s.site_id, datetime.max) or datetime.min for s in stores}
+    distinct = sorted(set(key.values()))
+    return {site: distinct.index(k) for site, k in key.items()}
 
 
 def _with_deadline(inputs: PlanInputs, lane: LaneInput, plan: LanePlan, history: PlanHistory,

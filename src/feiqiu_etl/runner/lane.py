@@ -93,7 +93,12 @@ class LaneRunner:
         self.cancellation = runtime.tasks.cancellation.child()  # the run's cancel, and this lane's deadline
         self.pace = Pace(lane.safe_gaps) if lane.deadline is not None else None
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
-                                          logger=self.log, observer=self._attempt, pace=self.pace)
+                                          logger=self.log, observer=self._attempt, pace=self.pace,
+                                          documented=lane.documented_gaps, floor_margin=lane.floor_margin)
+        # stores complete one after another, in the plan's order (issue 30): the lane goes to the first store with a
+        # request ready; the others fill it only while the leader has nothing to send (re-ranked as work is learnt)
+        self._order = [s.site_id for s in lane.ordered_stores()]
+        self.scheduler.rank(self._order)
         self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
@@ -118,7 +123,9 @@ class LaneRunner:
         self._arm_deadline()
         try:
             for phase in (PHASES if self.plan.phased else ("all",)):
-                stores = [s for s in self._stores if any(p == phase for p, _ in s.schedule)]
+                rank = {site: i for i, site in enumerate(self._order)}
+                stores = sorted((s for s in self._stores if any(p == phase for p, _ in s.schedule)),
+                                key=lambda s: rank[s.plan.site_id])  # the pool starts them in this order
                 workers = max(1, min(self.plan.active_stores, len(stores)))
                 if workers == 1:
                     for store in stores:
@@ -365,7 +372,22 @@ class LaneRunner:
         self._rate.record(now, rows)
         if rows != self._moved_rows:
             self._moved_rows, self._moved = rows, now
+        self._rerank()
         self._update_pace(now)
+
+    def _rerank(self) -> None:
+        """Rank the stores again by what is left of them (the running tasks' pages told their size): stalest first,
+        then the least work left — so at any cut-off as many stores as possible are whole (issue 30)."""
+        if self._started is None or self._finished is not None:
+            return
+        work, _ = self._remaining_work()
+        left: dict[int, int] = {s.plan.site_id: 0 for s in self._stores}
+        for w in work:
+            left[w.site_id] = left.get(w.site_id, 0) + w.requests
+        order = sorted(left, key=lambda site: self.plan.store_key(site, left[site]))
+        if order != self._order:
+            self._order = order
+            self.scheduler.rank(order)
 
     def stalled_for(self, now: float | None = None) -> float | None:
         """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),

@@ -81,9 +81,10 @@ def status_class(status: str | None) -> str:
         return "unknown"
 
 
-STATUS_LABELS = {"RUNNING": N_("RUNNING"), "SUCCESS": N_("SUCCESS"), "PARTIAL": N_("PARTIAL"),
-                 "FAILED": N_("FAILED"), "CANCELLED": N_("CANCELLED"), "INTERRUPTED": N_("INTERRUPTED"),
-                 "BUSY": N_("BUSY"), "DEADLINE": N_("DEADLINE"), "CANCELLING": N_("CANCELLING"),
+STATUS_LABELS = {Status.RUNNING.value: N_("RUNNING"), Status.SUCCESS.value: N_("SUCCESS"),
+                 Status.PARTIAL.value: N_("PARTIAL"), Status.FAILED.value: N_("FAILED"),
+                 Status.CANCELLED.value: N_("CANCELLED"), Status.INTERRUPTED.value: N_("INTERRUPTED"),
+                 Status.BUSY.value: N_("BUSY"), Status.DEADLINE.value: N_("DEADLINE"), "CANCELLING": N_("CANCELLING"),
                  "SKIPPED": N_("SKIPPED"), "REFUSED": N_("REFUSED")}
 """A run's, store's or task's status as the page shows it (the code stays in ``data-status``)."""
 

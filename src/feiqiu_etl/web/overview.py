@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 
+from feiqiu_etl.common.status import Status
 from feiqiu_etl import registry
 from feiqiu_etl.web import queries
 
@@ -65,7 +66,7 @@ def build_overview(conn, settings, hours: float, cache: "FinishedRuns | None" = 
             if row["name"] and row["site_id"] not in names:
                 names[row["site_id"]] = row["name"]
             f["nights"][run["night"]] = f["nights"].get(run["night"], 0) + int(row["rows"] or 0)
-            if row["status"] == "SUCCESS" and run["finished_at"] is not None:
+            if row["status"] == Status.SUCCESS and run["finished_at"] is not None:
                 f["last_success"] = max(filter(None, [f["last_success"], run["finished_at"]]))
             if run["started_at"] > now - timedelta(hours=24):
                 f["rows_last_night"] += int(row["rows"] or 0)
@@ -124,7 +125,7 @@ def last_night(run: dict | None) -> dict | None:
         lanes.append({"name": lane.get("name"), "status": lane.get("status"), "reason": lane.get("reason"),
                       "deadline": lane.get("deadline")})
         for store in lane.get("stores") or []:
-            if store.get("status") not in ("SUCCESS", None):
+            if store.get("status") not in (Status.SUCCESS, None):
                 left.append({**store, "lane": lane.get("name")})
     return {"run_id": run["run_id"], "status": run["status"], "started_at": run["started_at"],
             "finished_at": run["finished_at"], "error": run.get("error"), "lanes": lanes, "left": left,

@@ -274,8 +274,8 @@ class BaseOdsTask:
             result.errors.append({"error": guard.describe(spec.code, site_id, rules), "stage": "deletion guard",
                                   "held_deletions": guard.held, "live_rows": guard.live})
             result.processing_failures += 1
-            if result.status == "SUCCESS":
-                result.status = "PARTIAL"
+            if result.status == Status.SUCCESS:
+                result.status = Status.PARTIAL.value
         for gap in result.unreconciled():  # README "Counts that add up": a bookkeeping bug, never expected
             self.logger.error("counts do not add up: %s", gap)
         for parent in writer.given_up:
