@@ -1,4 +1,4 @@
-"""Values written for people, the same in the terminal (:mod:`feiqiu_etl.report`) and on the web page
+"""Values written for people, the same in the terminal (:mod:`feiqiu_etl.cli.views`) and on the web page
 (:mod:`feiqiu_etl.web.format`): durations (seconds in, text out) and times.
 
 **One time zone rule** (README "Time zones"): every time a command or the web page shows is in the display
@@ -91,3 +91,18 @@ def duration(seconds: float | None) -> str:
         return f"{minutes}m{sec:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def age(seconds: Any) -> str:
+    """A coarse age: ``45 s``, ``12 min``, ``5 h 20 min``, ``3 d 4 h``; ``never`` for None (the terminal's
+    ``freshness`` and the web page's, one rule)."""
+    if seconds is None:
+        return "never"
+    s = max(0, int(float(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"

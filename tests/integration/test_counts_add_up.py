@@ -24,7 +24,7 @@ from rich.console import Console
 from feiqiu_etl.connector.spec import split_table
 from feiqiu_etl.db.schema import ensure_ods_tables, ensure_schemas
 from feiqiu_etl.pipeline import CancellationToken
-from feiqiu_etl.report import render_summary
+from feiqiu_etl.cli.views.summary import render_summary
 from feiqiu_etl.simulator import Simulator
 from flowkit import CONNECTOR, run_flow, sim_config
 

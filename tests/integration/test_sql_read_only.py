@@ -15,7 +15,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE, EmbeddedPostgres, ensure_reader_role
-from feiqiu_etl.demo import DEMO_DATABASE
+from feiqiu_etl.cli.demo import DEMO_DATABASE
 from feiqiu_etl.simulator import Simulator
 from clikit import one_line_error, open_folder
 from flowkit import run_flow, sim_config

@@ -11,11 +11,31 @@ import click
 from feiqiu_etl.cli import alerts, config, dagster, freshness, ops, prune, run, simulate, sql, state, tasks
 from feiqiu_etl.config import ConfigError, read_dotenv
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import AppError, UsageFailure
 from feiqiu_etl.textsafe import escape
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CommandFailure(click.ClickException):
+    """An :class:`~feiqiu_etl.app.errors.AppError` as the command line reports it: ``Error: <one line>`` on
+    stderr and the error's exit code."""
+
+    def __init__(self, error: AppError):
+        super().__init__(error.message)
+        self.exit_code = error.exit_code
+
+
+class _Main(click.Group):
+    """The group whose commands' application errors become :class:`CommandFailure` (click's one-line error and
+    exit code, also under ``click.testing.CliRunner``)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AppError as exc:
+            raise CommandFailure(exc) from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="feiqiu-etl")
 @click.option("--env-file", default=".env", show_default=True, type=click.Path(dir_okay=False),
               help="read settings and FEIQIU_API_TOKEN / FEIQIU_API_BASE / ETL_DB_DSN from this file "

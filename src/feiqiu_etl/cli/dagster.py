@@ -29,7 +29,8 @@ from pathlib import Path
 import click
 
 from feiqiu_etl.cli.options import common_options, listen, settings, setup_logging
-from feiqiu_etl.runner.launch import UsageFailure, check_database, database
+from feiqiu_etl.app.database import check_database, database
+from feiqiu_etl.app.errors import UsageFailure
 
 DAGSTER_DATABASE = "dagster"
 """The embedded server's database for Dagster's own storage."""

@@ -17,7 +17,7 @@ import click
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import (common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts,
                                     warehouse)
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 
 
@@ -81,7 +81,8 @@ def freshness(fleet_path, hours, fail_stale, connector_path, alerts_path, dsn, d
 
 def _render(report: dict) -> None:
     from feiqiu_etl.alerts.record import alert_lines
-    from feiqiu_etl.report import render_freshness, say
+    from feiqiu_etl.cli.views.console import say
+    from feiqiu_etl.cli.views.freshness import render_freshness
 
     render_freshness(report)
     for text in alert_lines(report.get("alerts") or []):

@@ -11,7 +11,7 @@ import psycopg
 
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, setup_logging, \
     warehouse
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl import registry
 from feiqiu_etl.app.reads import run_detail
 from feiqiu_etl.textsafe import escape
@@ -74,7 +74,7 @@ def runs(ctx, limit, status, store, dsn, demo, as_json, verbose, log_format) -> 
         say(f"no {status.upper() + ' ' if status else ''}runs{f' of store {store}' if store is not None else ''}"
             " (feiqiu-etl runs lists them all)")
         return
-    from feiqiu_etl.report import render_runs
+    from feiqiu_etl.cli.views.runs import render_runs
 
     render_runs([r.to_dict() for r in rows])
 
@@ -93,7 +93,7 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     if as_json:
         echo_json(run)
         return
-    from feiqiu_etl.report import render_show
+    from feiqiu_etl.cli.views.show import render_show
 
     render_show(run.to_dict())
     from feiqiu_etl.alerts.record import alert_lines
@@ -115,7 +115,7 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         if as_json:
             echo_json(registry.running(conn))
             return
-        from feiqiu_etl.report import render_status
+        from feiqiu_etl.cli.views.status import render_status
 
         if not watch:
             render_status([r.to_dict() for r in registry.running(conn)])
@@ -123,7 +123,11 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         from rich.console import Group
         from rich.live import Live
 
-        from feiqiu_etl.report import SafeConsole, progress_view, recorded_live
+        from feiqiu_etl.app.progress import recorded_live
+
+        from feiqiu_etl.cli.views.console import SafeConsole
+
+        from feiqiu_etl.cli.views.progress import progress_view
 
         watched: list[str] = []
         seen_any = False
@@ -216,7 +220,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
     if as_json:
         echo_json(rows)
         return
-    from feiqiu_etl.report import render_details
+    from feiqiu_etl.cli.views.details import render_details
 
     render_details(rows)
 

@@ -9,7 +9,12 @@ import click
 
 from feiqiu_etl.cli.options import (collect_sets, common_options, emit, flag_options, layers, redacted_args,
                                     setup_logging, to_run_options, use_alerts, with_run_options)
-from feiqiu_etl.runner.launch import database
+from feiqiu_etl.app.database import check_database, connector_for, database
+from feiqiu_etl.app.planning import plan_run, prepare_inputs
+from feiqiu_etl.app.run import RunRequest
+from feiqiu_etl.cli.signals import run_with_signals
+from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+from feiqiu_etl.registry import Invocation
 from feiqiu_etl.textsafe import terminal_json
 
 
@@ -27,12 +32,11 @@ from feiqiu_etl.textsafe import terminal_json
 def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose, log_format, **p) -> None:
     """Run the flow: every lane (token) at once, each strictly serial, then DWD."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.runner.launch import execute_flow
-
     options = to_run_options(p, timeout, wait_for_lane)
     use_alerts(alerts_path)
     args = redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane, "alerts": alerts_path})
-    result = execute_flow(options, command="run", args=args, progress=not no_progress)
+    request = RunRequest(options, Invocation(command="run", args=args), embedded=DEFAULT_DATABASE)
+    result = run_with_signals(request, progress=not no_progress)
     emit(result, as_json)
     sys.exit(result.exit_code)
 
@@ -46,8 +50,6 @@ def plan(as_json, verbose, log_format, **p) -> None:
 
     Reads the warehouse's history (finished windows, owed details, past runs); sends no request."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.runner.launch import check_database, plan_run, prepare_inputs, connector_for
-
     from feiqiu_etl.config.settings import reveal
 
     inputs = prepare_inputs(to_run_options(p))
@@ -60,7 +62,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
     if as_json:
         click.echo(terminal_json(data))
         return
-    from feiqiu_etl.report import render_plan
+    from feiqiu_etl.cli.views.plan import render_plan
 
     render_plan(data)
 
@@ -82,7 +84,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
 def demo(dsn, seed, scale, days, no_dwd, as_json, verbose, log_format) -> None:
     """Start PostgreSQL and the simulator, load every task with demo-sized gaps, print a summary."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.demo import run_demo
+    from feiqiu_etl.cli.demo import run_demo
 
     overrides, flags = layers()
     result = run_demo(dsn=dsn, seed=seed, scale=scale, days=days, overrides=overrides, load_dwd=not no_dwd,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from feiqiu_etl.cli.options import common_options, setup_logging
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 
 
 @click.command()

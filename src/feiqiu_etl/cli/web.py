@@ -15,7 +15,8 @@ import socket
 import click
 
 from feiqiu_etl.cli.options import common_options, dsn_option, listen, settings, setup_logging, warehouse
-from feiqiu_etl.runner.launch import UsageFailure, database
+from feiqiu_etl.app.database import database
+from feiqiu_etl.app.errors import UsageFailure
 
 MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: it loads Starlette)
 
@@ -77,7 +78,7 @@ def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import redact_dsn
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
-    from feiqiu_etl.demo import DEMO_DATABASE
+    from feiqiu_etl.cli.demo import DEMO_DATABASE
     from feiqiu_etl.web import WebSettings, create_app
 
     token, dsn = reveal(config.web_token), reveal(config.db_dsn)

@@ -7,6 +7,7 @@ from typing import Any
 
 from jinja2 import Undefined
 
+from feiqiu_etl.formats import age as _age
 from feiqiu_etl.formats import duration as _duration
 from feiqiu_etl.common.status import Status
 from feiqiu_etl.formats import when
@@ -30,17 +31,8 @@ def dur(seconds: Any) -> str:
 
 
 def age(seconds: Any) -> str:
-    """A coarse age: ``45 s``, ``12 min``, ``5 h 20 min``, ``3 d 4 h``; ``never`` for None."""
-    if _missing(seconds):
-        return "never"
-    s = max(0, int(float(seconds)))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
+    """A coarse age (:func:`feiqiu_etl.formats.age`: ``45 s``, ``3 d 4 h``); ``never`` for None."""
+    return _age(None if _missing(seconds) else seconds)
 
 
 def num(value: Any) -> str:
