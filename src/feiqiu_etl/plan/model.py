@@ -23,7 +23,7 @@ from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
 
 if TYPE_CHECKING:
-    from feiqiu_etl.plan.fit import LaneFit
+    from feiqiu_etl.plan.fits import LaneFit
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class LanePlan:
     ``deadline`` (None: none) is when the lane stops sending requests, ``deadline_at`` that instant (aware) for
     this run; ``safe_gaps`` the narrowest gap per class it may narrow to (s, :func:`feiqiu_etl.plan.fit.safe_gaps`);
     ``request_seconds`` how long a request holds the lane besides its gap (s, from history); ``fit`` what fits
-    before the deadline (:class:`~feiqiu_etl.plan.fit.LaneFit`, None without a deadline).
+    before the deadline (:class:`~feiqiu_etl.plan.fits.LaneFit`, None without a deadline).
     """
 
     name: str

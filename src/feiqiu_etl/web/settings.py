@@ -1,0 +1,28 @@
+"""The web server's settings (:class:`WebSettings`): what ``feiqiu-etl web`` builds and
+:func:`feiqiu_etl.web.app.create_app` and :class:`~feiqiu_etl.web.state.AppState` read. Values only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from feiqiu_etl.registry.freshness import Schedule
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """What the server needs. ``token`` None serves without authentication (loopback only, enforced by the
+    command); ``stale_hours`` is the default freshness threshold; ``poll_interval`` the live feed's (s)."""
+
+    dsn: str
+    token: str | None = None
+    host: str = "127.0.0.1"
+    connector: str = "feiqiu"
+    task_codes: tuple[str, ...] = ()
+    schedule: Schedule | None = None  # from ``web --fleet``; None: every task of the connector
+    stale_hours: float = 26.0
+    poll_interval: float = 0.25
+    run_stale_after: float = 30.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 5.0  # s one read of a page or a scrape may wait for the server (metrics.DEFAULT_TIMEOUT)
+    pool_size: int = 4
+    version: str = field(default_factory=lambda: __import__("feiqiu_etl").__version__)
