@@ -8,6 +8,7 @@ from rich.text import Text
 from feiqiu_etl.app.progress import recorded_live
 from feiqiu_etl.cli.views.console import status_text, stdout_console, ts
 from feiqiu_etl.cli.views.progress import progress_view
+from feiqiu_etl.cli.views.reconcile import render_reconcile
 from feiqiu_etl.cli.views.summary import ERRORS_SHOWN, deadline_line, error_params, render_summary
 from feiqiu_etl.formats import UPSTREAM_ZONE, duration
 from feiqiu_etl.textsafe import escape_tree
@@ -56,6 +57,7 @@ def render_show(run: dict, console: Console | None = None) -> None:
                               f"upstream's time; {len(w)} segment(s))", style="dim")
             for e in t["errors"][ERRORS_SHOWN:]:
                 console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{error_params(e)}", style="red"), soft_wrap=True)
+        render_reconcile(summary.get("tasks", []), console)
     live = recorded_live(run.get("live"))
     if live is not None:
         console.print(progress_view(live))
