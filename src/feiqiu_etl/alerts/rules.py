@@ -6,7 +6,8 @@ same reason about the same subject is sent once per target (:mod:`.record`). The
 
 * the run id for the run's own reasons (``FAILED``, ``PARTIAL``, ``INTERRUPTED``, ``DEADLINE``, ``TIMEOUT``,
   ``TOKEN_REFUSED``, ``STORE_REFUSED``, ``BANNED``, ``RECONCILE``: a listing whose verdict is not ``ok`` or
-  ``refetched``, issue 25, tasks/ods/reconcile.py);
+  ``refetched``, issue 25, tasks/ods/reconcile.py; ``DELETIONS_HELD``: a snapshot's soft delete held back by the
+  deletion guard, issue 25, tasks/ods/deletions.py);
 * ``site/run`` for ``CONSECUTIVE_FAILURES``, raised exactly when a store's streak of failed runs reaches N
   (not again at N + 1: the streak is already known);
 * ``connector/site/task@fresh_until`` for ``STALE``: a store/task is reported once per age; after a fresh
@@ -33,6 +34,7 @@ FAILED, PARTIAL, INTERRUPTED, DEADLINE = (s.value for s in (Status.FAILED, Statu
 TIMEOUT, TOKEN_REFUSED, STORE_REFUSED, BANNED = "TIMEOUT", "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
 CONSECUTIVE_FAILURES, STALE, TEST = "CONSECUTIVE_FAILURES", "STALE", "TEST"
 RECONCILE = "RECONCILE"
+DELETIONS_HELD = "DELETIONS_HELD"
 RECONCILE_ALERTED = ("short", "over", "unexpected_zero")
 """Listing verdicts that raise ``RECONCILE`` (``tasks.ods.reconcile.ALERTED``; here as data: rules import no task)."""
 
@@ -41,7 +43,7 @@ STATUS_REASONS = {Status.FAILED: FAILED, Status.PARTIAL: PARTIAL, Status.INTERRU
 """Run status → reason. A status not listed (SUCCESS, CANCELLED) raises nothing by itself."""
 
 REASONS = (FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES, BANNED, STORE_REFUSED, PARTIAL,
-           RECONCILE, DEADLINE, STALE, TEST)
+           DELETIONS_HELD, RECONCILE, DEADLINE, STALE, TEST)
 """Every reason, most severe first (a message's title names its first)."""
 
 RULE_NAMES = tuple(r.lower() for r in REASONS if r != TEST)
@@ -91,6 +93,10 @@ def run_findings(summary: dict[str, Any], rules: Any) -> list[Finding]:
                   for lane in lanes if (lane.get("banned") or 0) > 0]
         if banned:
             out.append(Finding(BANNED, run_id, {"lanes": banned}))
+    if getattr(rules, "deletions_held", False):
+        held = held_findings(summary.get("tasks") or [])
+        if held:
+            out.append(Finding(DELETIONS_HELD, run_id, {"held": held}))
     if getattr(rules, "reconcile", False):
         listings = reconcile_findings(summary.get("tasks") or [])
         if listings:
@@ -111,6 +117,18 @@ def reconcile_findings(tasks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append({"task": t.get("task"), "site_id": t.get("site_id"), "verdict": listing["verdict"],
                             "where": "snapshot" if not window else f"{window[0]} - {window[1]}",
                             "reason": listing.get("reason")})
+    return out
+
+
+def held_findings(tasks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every task of the run whose snapshot soft delete the deletion guard held back: ``{task, site_id, held,
+    live, share, empty}``."""
+    out = []
+    for t in tasks:
+        d = t.get("deletions") if isinstance(t, dict) else None
+        if isinstance(d, dict) and d.get("held"):
+            out.append({"task": t.get("task"), "site_id": t.get("site_id"), "held": d["held"], "live": d.get("live"),
+                        "share": d.get("share"), "empty": bool(d.get("empty"))})
     return out
 
 

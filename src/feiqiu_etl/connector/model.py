@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -16,7 +17,7 @@ from typing import Any, Literal, Mapping
 from pydantic import Field, field_validator, model_validator
 
 from feiqiu_etl.common.yamldoc import Strict, load_definition, read_yaml
-from feiqiu_etl.connector.spec import DetailSpec, KeyColumn, OdsTaskSpec
+from feiqiu_etl.connector.spec import DetailSpec, DueWhen, KeyColumn, OdsTaskSpec, OwedParent, run_order
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,62}$")
@@ -116,6 +117,14 @@ class ApiModel(Strict):
         return self
 
 
+class DueWhenModel(Strict):
+    """``detail.due_when`` entry: a new, changed or deleted row of task ``changed`` makes the detail of the
+    parent named by the row's ``parent_field`` due (issue 25 part 6)."""
+
+    changed: str
+    parent_field: str = Field(min_length=1)
+
+
 class DetailModel(Strict):
     endpoint: str = Field(pattern=r"^/")
     params: dict[str, str] = Field(description="request body key -> list-record field (copied unchanged)")
@@ -129,6 +138,8 @@ class DetailModel(Strict):
                                         "newly appeared fields (schema drift); default: keep the stored detail")
     refetch_on_volatile: bool = Field(False, description="fetch the detail again when a parent's only change is in "
                                       "the task's volatile_fields (Q11); default: keep the stored detail")
+    due_when: list[DueWhenModel] = Field([], description="tasks whose changed rows make a parent's detail due "
+                                        "(the member's detail holds its cards: a changed card makes it due)")
 
     @field_validator("target_table")
     @classmethod
@@ -217,6 +228,9 @@ class TaskModel(Strict):
     detail: DetailModel | None = None
     gap_class: str | None = None
     description: str = ""
+    names: dict[Literal["zh", "en"], str] = Field({}, description="display names by language (zh: the contract's "
+                                                  "Chinese name, upstream-api.md §4; en); the web page shows them "
+                                                  "beside the code (issue 29)")
     volatile_fields: list[str] = Field([], description="fields that change without moving updateTime "
                                        "(upstream-api.md Q11); a change in them alone asks for no detail")
     lookback_minutes: float | None = Field(None, ge=0, le=MAX_LOOKBACK_MINUTES, description=
@@ -278,13 +292,15 @@ class IntegrityModel(Strict):
     refetch_listings: int = Field(2, ge=0, le=1000)
     zero_floor: int = Field(20, ge=0)
     zero_weeks: int = Field(4, ge=2, le=52)
+    max_delete_share: float = Field(0.2, ge=0, le=1)
+    max_delete_rows: int = Field(5, ge=0, le=10_000_000)
 
 
 class ConnectorModel(Strict):
     name: str
     description: str = ""
     api: ApiModel = Field(default_factory=ApiModel)
-    integrity: IntegrityModel = IntegrityModel()
+    integrity: IntegrityModel = Field(default_factory=IntegrityModel)
     dwd_mapping: str | None = None
     tasks: list[TaskModel] = Field(min_length=1)
 
@@ -297,6 +313,14 @@ class ConnectorModel(Strict):
             if t.page_size > self.api.pagination.max_limit:
                 raise ValueError(f"task {t.code}: page_size {t.page_size} exceeds api.pagination.max_limit "
                                  f"{self.api.pagination.max_limit}")
+        codes = {t.code for t in self.tasks}
+        for t in self.tasks:
+            for rule in (t.detail.due_when if t.detail else ()):
+                if rule.changed not in codes or rule.changed == t.code:
+                    raise ValueError(f"task {t.code}: detail.due_when.changed {rule.changed!r} is not another task "
+                                     "of this connector")
+                if len(t.keys) != 1:
+                    raise ValueError(f"task {t.code}: detail.due_when needs a parent with one key column")
         seen: set[str] = set()
         tables: set[str] = set()
         for t in self.tasks:
@@ -346,7 +370,14 @@ class Connector:
         self.model = model
         self.source = source
         self.api = model.api
-        self.tasks: tuple[OdsTaskSpec, ...] = tuple(_to_spec(t, model.api.default_gap_class) for t in model.tasks)
+        specs = [_to_spec(t, model.api.default_gap_class) for t in model.tasks]
+        owed: dict[str, list[OwedParent]] = {}
+        for spec in specs:  # the child's side of every detail.due_when rule
+            for rule in (spec.detail.due_when if spec.detail else ()):
+                owed.setdefault(rule.changed, []).append(
+                    OwedParent(spec.code, spec.table, spec.keys[0], rule.parent_field))
+        self.tasks: tuple[OdsTaskSpec, ...] = tuple(
+            replace(s, owes_details=tuple(owed[s.code])) if s.code in owed else s for s in specs)
         self._by_code = {t.code: t for t in self.tasks}
 
     @property
@@ -364,9 +395,11 @@ class Connector:
             raise KeyError(f"unknown task {code!r}; known: {', '.join(self._by_code)}") from None
 
     def select(self, codes: list[str] | None) -> tuple[OdsTaskSpec, ...]:
+        """The tasks of ``codes`` (None or empty: all) in run order (:func:`~feiqiu_etl.connector.spec.run_order`:
+        a task whose detail is due when another task's rows changed runs after it)."""
         if not codes:
-            return self.tasks
-        return tuple(self.task(c) for c in codes)
+            return run_order(self.tasks)
+        return run_order([self.task(c) for c in codes])
 
     def dwd_mapping_path(self) -> Path | None:
         if not self.model.dwd_mapping:
@@ -390,6 +423,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
             parent=d.parent.to_key(),
             refetch_on_new_fields=d.refetch_on_new_fields,
             refetch_on_volatile=d.refetch_on_volatile,
+            due_when=tuple(DueWhen(r.changed, r.parent_field) for r in d.due_when),
         )
     window_column = t.window_column or (snake_case(t.window_field) if t.window_field else None)
     return OdsTaskSpec(
@@ -407,6 +441,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
         detail=detail,
         gap_class=t.gap_class or default_gap_class,
         description=t.description,
+        names=dict(t.names),
         volatile_fields=tuple(t.volatile_fields),
         lookback=timedelta(minutes=t.lookback_minutes) if t.lookback_minutes is not None else None,
         expected_rows=t.expected_rows.pair() if t.expected_rows else None,

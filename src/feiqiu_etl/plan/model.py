@@ -21,7 +21,6 @@ from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 
 if TYPE_CHECKING:
     from feiqiu_etl.plan.fits import LaneFit
@@ -157,6 +156,27 @@ class LanePlan:
     safe_gaps: Mapping[str, float] = field(default_factory=dict)
     request_seconds: float = 0.1
     fit: "LaneFit | None" = None
+    documented_gaps: Mapping[str, float] = field(default_factory=dict)
+    """The connector's documented minimum gap per class (s, ``api.gap_classes``): what a 42901 is measured against."""
+    floor_margin: float = 0.3
+    """``lane.safety_margin_seconds``: what a floor learnt from a 42901 adds to the rejected gap (s)."""
+    store_staleness: Mapping[int, int] = field(default_factory=dict)
+    """Per site id, how stale its data is as a rank (0: the stalest; stores with the same horizon share a rank;
+    :func:`~feiqiu_etl.plan.builder.stalest_first`). The lane completes its stores stalest first, and among equally
+    stale ones the one with the least work left first (issue 30: the most whole stores at any cut-off, and a store a
+    deadline cut last night is the first one whole tonight)."""
+
+    def store_key(self, site_id: int, requests_left: int) -> tuple[int, int, int]:
+        """Where a store stands in the lane's order: (staleness rank, requests left, its place in the fleet)."""
+        place = next((i for i, s in enumerate(self.stores) if s.site_id == site_id), len(self.stores))
+        return self.store_staleness.get(site_id, len(self.stores)), requests_left, place
+
+    def ordered_stores(self) -> tuple[StorePlan, ...]:
+        """``stores`` in the lane's order at the start (:meth:`store_key` with the planned requests)."""
+        planned: dict[int, int] = {}
+        for t in self.tasks:
+            planned[t.site_id] = planned.get(t.site_id, 0) + t.estimate.requests
+        return tuple(sorted(self.stores, key=lambda s: self.store_key(s.site_id, planned.get(s.site_id, 0))))
 
     @property
     def key(self) -> str:
@@ -251,7 +271,7 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
-    integrity: IntegrityRules = IntegrityRules()
+    integrity: Mapping[str, Any] = field(default_factory=dict)  # integrity.* (issue 25); {}: the defaults
     db: DbLimits = DbLimits()
     stall_after: float = 900.0
     retention_days: float = 90.0

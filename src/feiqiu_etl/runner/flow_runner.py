@@ -45,6 +45,7 @@ from feiqiu_etl.formats import iso
 from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.registry.late import database_identity
 from feiqiu_etl.statistics import RunStatistics
+from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
 log = logging.getLogger("feiqiu_etl.run")
@@ -115,7 +116,7 @@ class FlowRunner:
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         tasks = TaskContext(dsn, self.run_id, self.cancellation, conventions=ApiConventions.of(plan.connector),
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
-                            integrity=plan.integrity,
+                            integrity=IntegrityRules(**plan.integrity),
                             connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
                               store_request=self._store_request, client_factory=wiring.client_factory,

@@ -93,7 +93,12 @@ class LaneRunner:
         self.cancellation = runtime.tasks.cancellation.child()  # the run's cancel, and this lane's deadline
         self.pace = Pace(lane.safe_gaps) if lane.deadline is not None else None
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
-                                          logger=self.log, observer=self._attempt, pace=self.pace)
+                                          logger=self.log, observer=self._attempt, pace=self.pace,
+                                          documented=lane.documented_gaps, floor_margin=lane.floor_margin)
+        # stores complete one after another, in the plan's order (issue 30): the lane goes to the first store with a
+        # request ready; the others fill it only while the leader has nothing to send (re-ranked as work is learnt)
+        self._order = [s.site_id for s in lane.ordered_stores()]
+        self.scheduler.rank(self._order)
         self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
@@ -118,7 +123,9 @@ class LaneRunner:
         self._arm_deadline()
         try:
             for phase in (PHASES if self.plan.phased else ("all",)):
-                stores = [s for s in self._stores if any(p == phase for p, _ in s.schedule)]
+                rank = {site: i for i, site in enumerate(self._order)}
+                stores = sorted((s for s in self._stores if any(p == phase for p, _ in s.schedule)),
+                                key=lambda s: rank[s.plan.site_id])  # the pool starts them in this order
                 workers = max(1, min(self.plan.active_stores, len(stores)))
                 if workers == 1:
                     for store in stores:
@@ -355,7 +362,22 @@ class LaneRunner:
         self._rate.record(now, rows)
         if rows != self._moved_rows:
             self._moved_rows, self._moved = rows, now
+        self._rerank()
         self._update_pace(now)
+
+    def _rerank(self) -> None:
+        """Rank the stores again by what is left of them (the running tasks' pages told their size): stalest first,
+        then the least work left — so at any cut-off as many stores as possible are whole (issue 30)."""
+        if self._started is None or self._finished is not None:
+            return
+        work, _ = self._remaining_work()
+        left: dict[int, int] = {s.plan.site_id: 0 for s in self._stores}
+        for w in work:
+            left[w.site_id] = left.get(w.site_id, 0) + w.requests
+        order = sorted(left, key=lambda site: self.plan.store_key(site, left[site]))
+        if order != self._order:
+            self._order = order
+            self.scheduler.rank(order)
 
     def stalled_for(self, now: float | None = None) -> float | None:
         """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
@@ -406,7 +428,10 @@ class LaneRunner:
         eta = 0.0 if self._finished else lane_seconds(work, factor, overhead) \
             + (lane.next_due_in if lane.wait_reason else 0.0)
         deadline_in = None if self._deadline is None else max(0.0, self._deadline - now)
+        left_at_deadline = None
         if deadline_in is not None and not self._finished:
+            # the plan's rule (requests x expected gap): what does not fit before the deadline is left
+            left_at_deadline = 0 if eta <= deadline_in or eta <= 0 else round(remaining * (1 - deadline_in / eta))
             eta = min(eta, deadline_in)
         return LaneStatistics(
             name=self.plan.name, key=self.plan.key, state=state, current=current,
@@ -416,7 +441,8 @@ class LaneRunner:
             rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
             tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
-            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now))
+            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now),
+            left_at_deadline=left_at_deadline)
 
 
 def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from feiqiu_etl.app.summaries import reconcile_lines
+from feiqiu_etl.formats import reconcile_lines
 from feiqiu_etl.cli.views.console import stdout_console
 from feiqiu_etl.textsafe import escape_tree
 
