@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
+from feiqiu_etl.deadline import named
 from feiqiu_etl.formats import UPSTREAM_ZONE, duration, in_display_zone, utc_offset, when
 from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
@@ -241,14 +242,15 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
 
 
 def deadline_line(lane: str, deadline: dict) -> str:
-    """``lane north: deadline 06:00 reached, ~120 requests left for the next run (gaps narrowed, pace 0.00)``."""
+    """``lane north: deadline 06:00 (06:00:00 +08:00) reached, ~120 requests left for the next run (gaps narrowed, pace 0.00)``."""
     pace = deadline.get("pace", 1.0)
     narrowed = f" (gaps narrowed, pace {pace:.2f})" if pace is not None and pace < 1 else ""
     if deadline.get("reached"):
         left = deadline.get("left_requests")
         what = f"~{left:,} requests left" if isinstance(left, int) else "the rest left"
-        return f"lane {lane}: deadline {deadline.get('text')} reached, {what} for the next run{narrowed}"
-    return f"lane {lane}: finished before its deadline {deadline.get('text')}{narrowed}"
+        return f"lane {lane}: deadline {named(deadline.get('text'), deadline.get('at'))} reached, {what} for the next " \
+               f"run{narrowed}"
+    return f"lane {lane}: finished before its deadline {named(deadline.get('text'), deadline.get('at'))}{narrowed}"
 
 
 def render_rows(columns: list[str], rows: list[tuple], console: Console | None = None) -> None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from feiqiu_etl import exitcodes
+from feiqiu_etl.deadline import named
 from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
@@ -236,7 +237,8 @@ class RunResult:
                     return f"store {store.site_id}: {store.reason}"
         if self.status == DEADLINE:
             reached = [lane for lane in self.lanes if (lane.deadline or {}).get("reached")]
-            return "; ".join(f"lane {lane.name}: deadline {lane.deadline['text']} reached, the rest is left for the "
+            return "; ".join(f"lane {lane.name}: deadline {named(lane.deadline['text'], lane.deadline.get('at'))} "
+                             "reached, the rest is left for the "
                              "next run" for lane in reached) or None
         return "cancelled" if self.status == CANCELLED else None
 

@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
+from feiqiu_etl.numbers import parse_float, parse_int
 from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
@@ -367,9 +368,9 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     if raw in (None, ""):
         return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {raw[:40]!r}") from None
+        value = parse_int(raw, name)  # ASCII digits only (issue 28 item 7)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
     if not low <= value <= high:
         raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
     return value
@@ -389,10 +390,10 @@ def _hours(request: Request, default: float) -> float:
     if raw in (None, ""):
         return default
     try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(f"hours must be a number, got {raw[:40]!r}") from None
-    if not 0 < value <= 24 * 365 or value != value:
+        value = parse_float(raw, "hours")  # finite, ASCII digits (issue 28 items 3, 7)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    if not 0 < value <= 24 * 365:
         raise BadRequest(f"hours must be above 0 and at most {24 * 365}, got {raw[:40]}")
     return value
 
