@@ -30,7 +30,7 @@ from feiqiu_etl.numbers import parse_float, parse_int
 from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
-from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
+from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, Throttled, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
 
@@ -147,13 +147,14 @@ async def login(request: Request) -> Response:
         return JSONResponse({"error": "cross-site login refused"}, 403)
     form = await request.form()
     address = client_address(request.scope)  # from here to the check: no await (one step, see security)
-    wait = web.security.throttle.wait(address)
-    if wait > 0:
-        response = await show_login(web, request, 429, error="Too many failed logins from your address: try again "
+    try:
+        sid = web.security.login(str(form.get("token") or ""), address)  # the right token first: never locked out
+    except Throttled as throttled:
+        wait = throttled.wait
+        response = await show_login(web, request, 429, error="Too many failed logins: try again "
                                                             f"in {retry_after(wait)} s.")
         response.headers["Retry-After"] = retry_after(wait)
         return response
-    sid = web.security.login(str(form.get("token") or ""), address)
     if sid is None:
         await asyncio.sleep(0.5)  # slows guessing down
         return await show_login(web, request, 401, error="That is not the token this server was started with.")
