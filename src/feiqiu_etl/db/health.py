@@ -55,7 +55,11 @@ BACKOFF_MAX = 5.0
 WATCH_INTERVAL = 0.2
 """Seconds between two looks of the watchdog at the statements in flight."""
 CANCELLED_STALL = 1.0
-"""The watchdog's patience (s) once the run is cancelled."""
+"""The watchdog's patience (s) once the run is cancelled, with a server that answers nothing."""
+CANCELLED_GRACE = 1.0
+"""Once the run is cancelled, an operation begun before the cancel and still in flight this long (s) after it is
+dropped whatever else answers (a signal ends a run within 5 s in every state: issue 28 item 1); the end-of-run
+work begun after the cancel keeps its own bound."""
 _RETRY_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53100", "53200", "53300", "40001", "40P01", "25P03")
 """Connection exceptions, admin/crash shutdown, cannot connect now, disk full, out of memory, too many
 connections, serialization failure, deadlock, idle-in-transaction timeout: worth a reconnect and a retry."""
@@ -80,6 +84,13 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+def stuck_seconds(limits: DbLimits) -> float:
+    """The client-side bound of one operation of a run (s): ``statement_timeout`` — past which a live server has
+    ended the statement itself — plus the watchdog's stall. An operation in flight longer is dropped even while
+    the server answers others (one backend frozen or stuck, which no server-side timeout can end: issue 28)."""
+    return limits.statement_timeout + stall_seconds(limits.unavailable_limit)
+
+
 def stall_seconds(limit: float) -> float:
     """How long the watchdog lets a statement wait while the server answers nothing at all before it drops the
     connections in flight: a quarter of ``limit``, between 2 and 15 s (the outage then counts from the server's
@@ -93,19 +104,22 @@ class _InFlight:
     conn: psycopg.Connection
     started: float
     what: str
+    bound: float | None = None           # dropped when in flight longer, whatever else answers
     dropped_since: float | None = None   # set when the watchdog dropped it: the server's last sign of life
 
 
 @dataclass(frozen=True)
 class WatchdogStatistics:
     """``in_flight`` statements now, ``oldest`` of them (s), ``quiet`` seconds since the server last answered
-    anything, ``dropped`` connections shut down because the server stopped answering, ``probes`` sent."""
+    anything, ``dropped`` connections shut down because the server stopped answering, ``probes`` sent, ``stuck``
+    operations dropped past their own bound (or after a cancel) while the server answered others."""
 
     in_flight: int
     oldest: float
     quiet: float
     dropped: int
     probes: int
+    stuck: int = 0
 
 
 class DatabaseWatchdog:
@@ -119,13 +133,23 @@ class DatabaseWatchdog:
     over. A slow statement on a live server is left alone as long as anything else answers — the run's heartbeat
     does, once a second — or, when nothing else runs, a ``SELECT 1`` on a connection of the watchdog's own
     (``probe()``, opened only while in doubt, closed after) answers. Once ``cancel_event`` is set (the run is
-    cancelled: a signal must end it within seconds) the patience is :data:`CANCELLED_STALL` s at most. The
-    watchdog's own thread never does I/O.
+    cancelled: a signal must end it within seconds) the patience is :data:`CANCELLED_STALL` s at most.
+
+    **Stuck operations** (issue 28 item 1): one backend can stop answering while the others still do (frozen,
+    stuck in the kernel) — the heartbeat's answers then keep the rule above from firing, and no server-side
+    timeout can end that statement. So every tracked operation also has a client-side ``bound`` (s; the
+    watchdog's default, or one given to :meth:`track`): in flight longer, its connection alone is shut down,
+    whatever else answers; and once the run is cancelled, every operation begun before the cancel and still in
+    flight :data:`CANCELLED_GRACE` s after it is. The watchdog's own thread never does I/O.
     """
 
     def __init__(self, stall: float, *, probe: Callable[[], psycopg.Connection] | None = None,
-                 name: str = "db-watchdog", cancel_event: threading.Event | None = None):
+                 name: str = "db-watchdog", cancel_event: threading.Event | None = None,
+                 bound: float | None = None):
         self.stall = stall
+        self.bound = bound
+        self._stuck = 0
+        self._cancelled_at: float | None = None
         self._cancel = cancel_event
         self._probe_connect = probe
         self._name = name
@@ -140,10 +164,12 @@ class DatabaseWatchdog:
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
-    def track(self, conn: psycopg.Connection, what: str = "statement") -> Iterator[_InFlight]:
-        """Watch the round trips on ``conn`` inside the body (one thread's). An answer — the body ends, or raises
-        an error the server sent — counts as a sign of life; a dropped connection's error propagates as it is."""
-        op = _InFlight(conn, time.monotonic(), what)
+    def track(self, conn: psycopg.Connection, what: str = "statement", *,
+              bound: float | None = None) -> Iterator[_InFlight]:
+        """Watch the round trips on ``conn`` inside the body (one thread's), for at most ``bound`` s (default the
+        watchdog's). An answer — the body ends, or raises an error the server sent — counts as a sign of life;
+        a dropped connection's error propagates as it is."""
+        op = _InFlight(conn, time.monotonic(), what, bound if bound is not None else self.bound)
         key = next(self._ids)
         with self._lock:
             self._ops[key] = op
@@ -179,14 +205,32 @@ class DatabaseWatchdog:
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.monotonic()
-            stall = min(self.stall, CANCELLED_STALL) if self._cancel is not None and self._cancel.is_set() \
-                else self.stall
+            cancelled = self._cancel is not None and self._cancel.is_set()
+            if cancelled and self._cancelled_at is None:
+                self._cancelled_at = now
+            stall = min(self.stall, CANCELLED_STALL) if cancelled else self.stall
             drop: list[_InFlight] = []
+            stuck: list[_InFlight] = []
             probe = False
             with self._lock:
                 waiting = [op for op in self._ops.values() if op.dropped_since is None]
                 if not waiting:
                     continue
+                for op in waiting:  # past its own bound, or still in flight well after a cancel
+                    if (op.bound is not None and now - op.started > op.bound) or \
+                            (cancelled and op.started < self._cancelled_at and now - self._cancelled_at > CANCELLED_GRACE):
+                        op.dropped_since = max(self._last_answer, op.started)
+                        stuck.append(op)
+                self._stuck += len(stuck)
+                waiting = [op for op in waiting if op.dropped_since is None]
+            for op in stuck:
+                log.warning("database %s in flight for %.1f s (%s): dropping its connection",
+                            op.what, now - op.started, f"more than its bound of {op.bound:.0f} s"
+                            if op.bound is not None and now - op.started > op.bound else "the run is cancelled")
+                abandon(op.conn)
+            if not waiting:
+                continue
+            with self._lock:
                 oldest = min(op.started for op in waiting)
                 quiet = now - max(self._last_answer, oldest)
                 if now - oldest > stall and quiet > stall:
@@ -227,7 +271,7 @@ class DatabaseWatchdog:
         with self._lock:
             starts = [op.started for op in self._ops.values()]
             return WatchdogStatistics(len(starts), now - min(starts) if starts else 0.0, now - self._last_answer,
-                                      self._dropped, self._probes)
+                                      self._dropped, self._probes, self._stuck)
 
 
 # ---------------------------------------------------------------------------------------------- health
@@ -269,7 +313,8 @@ class DatabaseHealth:
         self._on_down = on_down
         self._on_up = on_up
         self._on_gave_up = on_gave_up
-        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: connect(dsn), cancel_event=cancel_event)
+        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: connect(dsn), cancel_event=cancel_event,
+                                         bound=stuck_seconds(limits))
         self._lock = threading.Lock()          # the figures below
         self._transition = threading.Lock()    # an outage's start or end together with on_down/on_up
         self._pool = None
