@@ -52,6 +52,8 @@ log = logging.getLogger("feiqiu_etl.db")
 
 BACKOFF_START = 0.25
 BACKOFF_MAX = 5.0
+CHECKOUT_STEP = 1.0
+"""Seconds of one wait for a pooled connection: a cancel is noticed within it (issue 28 item 1)."""
 WATCH_INTERVAL = 0.2
 """Seconds between two looks of the watchdog at the statements in flight."""
 CANCELLED_STALL = 1.0
@@ -279,7 +281,8 @@ class DatabaseWatchdog:
 class HealthStatistics:
     """``available``: no operation is retrying; ``outages`` begun, ``down_for`` (s) of the current one,
     ``reconnects`` (outages ended), ``last_error``, ``gave_up`` (past the limit), ``retrying`` operations now,
-    the ``pool`` (size, connections open, idle, clients waiting) and the ``watchdog``'s figures."""
+    the ``pool`` (``size``, connections ``open``, ``idle``, clients ``waiting`` now and the ``longest_wait`` s of
+    them, ``waits`` that took a second or more and their ``wait_seconds``) and the ``watchdog``'s figures."""
 
     available: bool
     outages: int
@@ -313,8 +316,8 @@ class DatabaseHealth:
         self._on_down = on_down
         self._on_up = on_up
         self._on_gave_up = on_gave_up
-        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: connect(dsn), cancel_event=cancel_event,
-                                         bound=stuck_seconds(limits))
+        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: self._pool_connect(dsn),
+                                         cancel_event=cancel_event, bound=stuck_seconds(limits))
         self._lock = threading.Lock()          # the figures below
         self._transition = threading.Lock()    # an outage's start or end together with on_down/on_up
         self._pool = None
@@ -328,6 +331,11 @@ class DatabaseHealth:
         self._last_error: str | None = None
         self._gave_up = False
         self._contention_noted = False
+        self._pool_waiters: dict[object, float] = {}   # checkouts waiting now -> since (monotonic)
+        self._pool_waits = 0            # checkouts that waited a step or more
+        self._pool_wait_seconds = 0.0
+        self._connect_failed_at: float | None = None
+        self._connect_ok_at: float | None = None
 
     def slot(self, *, autocommit: bool = False) -> "DbSlot":
         return DbSlot(self, autocommit=autocommit)
@@ -363,32 +371,65 @@ class DatabaseHealth:
             if self._closed:
                 raise DatabaseUnavailable("the run's database pool is closed")
             if self._pool is None:
-                self._pool = open_pool(self.dsn, self._connect, self.limits, name="feiqiu-etl-run")
+                self._pool = open_pool(self.dsn, self._pool_connect, self.limits, name="feiqiu-etl-run")
             return self._pool
 
     def checkout(self, deadline: float | None = None) -> psycopg.Connection:
-        """A connection of the pool, within ``limit`` seconds (until ``deadline``, a monotonic time, if given; 1 s
-        once the run is cancelled). A pool that stays busy for that long while the server answers is contention,
-        not an outage: the wait goes on (the statements holding the connections are bounded themselves). Raises
-        ``psycopg_pool.PoolTimeout`` when the database gives no connection in time."""
+        """A connection of the pool, asked for in steps of :data:`CHECKOUT_STEP` s (a cancel is noticed within
+        one step). Waiting for a pooled connection is not the database being away (issue 28 item 9): a pool whose
+        connections are all busy while it can connect is contention, and the wait goes on (the statements holding
+        the connections are bounded themselves, and the run's own limits end it). Only a failed connect — of the
+        pool, or of the watchdog's probe — since the wait began makes it an outage: then ``PoolTimeout`` is raised
+        once the limit has passed (at ``deadline``, a monotonic time, if given). Raises ``PoolTimeout`` within a
+        step once the run is cancelled, and :class:`DatabaseUnavailable` when the pool is closed."""
         from psycopg_pool import PoolTimeout
 
         pool = self._the_pool()
-        while True:
-            timeout = self.limit if deadline is None else max(0.05, deadline - time.monotonic())
-            timeout = min(timeout, 1.0) if self.cancelled else timeout
-            try:
-                return pool.getconn(timeout)
-            except PoolTimeout:
-                stats = pool.get_stats()
-                busy = stats.get("pool_size", 0) - stats.get("pool_available", 0)
-                if self.cancelled or busy <= 0 or self.watchdog.statistics().quiet > self.limit:
-                    raise
-                deadline = None
-                if not self._contention_noted:
-                    self._contention_noted = True
-                    log.warning("all %d pooled database connections have been busy for %.0f s; waiting "
-                                "(db.pool_size)", self.limits.pool_size, self.limit)
+        asked = time.monotonic()
+        ends = asked + self.limit if deadline is None else deadline
+        key = object()
+        with self._lock:
+            self._pool_waiters[key] = asked
+        try:
+            while True:
+                try:
+                    return pool.getconn(CHECKOUT_STEP)
+                except PoolTimeout:
+                    now = time.monotonic()
+                    if self.cancelled:
+                        raise
+                    if now < ends:
+                        continue
+                    with self._lock:
+                        failed = self._connect_failed_at is not None and self._connect_failed_at >= asked
+                    stats = pool.get_stats()
+                    busy = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+                    if failed or busy <= 0:
+                        raise
+                    if not self._contention_noted:
+                        self._contention_noted = True
+                        log.warning("all %d pooled database connections have been busy for %.0f s while the "
+                                    "database answers: waiting for one (db.pool_size; not an outage)",
+                                    self.limits.pool_size, now - asked)
+        finally:
+            waited = time.monotonic() - asked
+            with self._lock:
+                self._pool_waiters.pop(key, None)
+                if waited >= CHECKOUT_STEP:
+                    self._pool_waits += 1
+                    self._pool_wait_seconds += waited
+
+    def _pool_connect(self, dsn: str) -> psycopg.Connection:
+        """The pool's connect: ``connect(dsn)``, its failure noted (what makes a pool wait an outage)."""
+        try:
+            conn = self._connect(dsn)
+        except BaseException:
+            with self._lock:
+                self._connect_failed_at = time.monotonic()
+            raise
+        with self._lock:
+            self._connect_ok_at = time.monotonic()
+        return conn
 
     def checkin(self, conn: psycopg.Connection, *, broken: bool = False) -> None:
         """Give ``conn`` back (closed first when ``broken``: the pool then replaces it)."""
@@ -490,8 +531,12 @@ class DatabaseHealth:
         if pool is not None:
             raw = pool.get_stats()
             stats = {"size": self.limits.pool_size, "open": raw.get("pool_size", 0),
-                     "idle": raw.get("pool_available", 0), "waiting": raw.get("requests_waiting", 0)}
+                     "idle": raw.get("pool_available", 0)}
         with self._lock:
+            now = time.monotonic()
+            stats.update(waiting=len(self._pool_waiters),
+                         longest_wait=round(now - min(self._pool_waiters.values()), 1) if self._pool_waiters else 0.0,
+                         waits=self._pool_waits, wait_seconds=round(self._pool_wait_seconds, 1))
             down = time.monotonic() - self._down_since if self._down_since is not None else 0.0
             return HealthStatistics(self._down_since is None and self._answering, self._outages, down, self._reconnects,
                                     self._last_error, self._gave_up, self._retrying, stats,

@@ -326,6 +326,7 @@ class FlowRunner:
         """Live status of the run (published about once a second; also drives the progress display). A read:
         it changes nothing, whoever calls it and however often."""
         lanes = tuple(lane.statistics() for lane in self.lanes)
+        pool = self.health.statistics().pool
         return RunStatistics(
             run_id=self.run_id, phase=self._phase, cancelling=self.cancellation.is_cancelled,
             tasks_done=sum(lane.tasks_done for lane in lanes), tasks=self.plan.task_count, lanes=lanes,
@@ -333,7 +334,9 @@ class FlowRunner:
             rows_per_s=round(sum(lane.rows_per_s for lane in lanes), 1),
             requests_sent=sum(lane.requests_sent for lane in lanes),
             requests_remaining=sum(lane.requests_remaining for lane in lanes),
-            eta_s=max((lane.eta_s for lane in lanes), default=0.0))
+            eta_s=max((lane.eta_s for lane in lanes), default=0.0),
+            pool_waiting=pool.get("waiting", 0), pool_wait_s=pool.get("longest_wait", 0.0),
+            pool_in_use=pool.get("open", 0) - pool.get("idle", 0), pool_size=pool.get("size", self.plan.db.pool_size))
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]
