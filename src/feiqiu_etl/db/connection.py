@@ -74,6 +74,16 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: float | None
     return conn
 
 
+def no_answer(exc: BaseException, timeout: float) -> str | None:
+    """``PostgreSQL did not answer within N s`` when ``exc`` is a connect that timed out (a server frozen or
+    overloaded: it accepted the connection and said nothing), else None — so a frozen server is not reported as
+    a missing database or a refused login (issue 28 item 7)."""
+    text = str(exc).lower()
+    if isinstance(exc, TimeoutError) or "timeout expired" in text or "timed out" in text:
+        return f"PostgreSQL did not answer within {timeout:g} s"
+    return None
+
+
 def abandon(conn: psycopg.Connection) -> None:
     """Shut the socket of ``conn`` down from any thread, so that a read or write blocked on a server that does not
     answer (frozen, ``SIGSTOP``) returns at once with a connection error in the thread that uses it. Works on a

@@ -105,6 +105,7 @@ class TaskRun:
     recheck: dict | None = None
     schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
     deferred_details: int = 0  # a snapshot's recent part: details recorded as owed for the owed part
+    nul_removed: int = 0  # NUL characters removed from the upstream's text before storing (issue 28 item 7)
 
     @property
     def status(self) -> str:
@@ -116,7 +117,8 @@ class TaskRun:
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
-            "schema_drift": self.schema_drift, "deferred_details": self.deferred_details, **self.result.to_dict(),
+            "schema_drift": self.schema_drift, "deferred_details": self.deferred_details,
+            "nul_removed": self.nul_removed, **self.result.to_dict(),
         }
 
     @classmethod
@@ -258,6 +260,10 @@ class BaseOdsTask:
             self.logger.error("counts do not add up: %s", gap)
         for parent in writer.given_up:
             self.logger.warning("owed detail %s given up after %d failed attempts", parent, ctx.detail_max_attempts)
+        if processor.nul_removed:  # text from outside changed: said once per task, with the count
+            self.logger.warning("removed %d NUL character(s) from the upstream's text before storing it (PostgreSQL "
+                                "cannot store them; the stored payload and its hash are without them)",
+                                processor.nul_removed)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
@@ -265,7 +271,7 @@ class BaseOdsTask:
                        owed_details=len(pending), details_given_up=list(writer.given_up),
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used,
                                 "credit": self.task.recheck_credit} if spec.detail else None,
-                       schema_drift=drift, deferred_details=writer.deferred)
+                       schema_drift=drift, deferred_details=writer.deferred, nul_removed=processor.nul_removed)
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
