@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from clikit import PY, cli, env_for, finish, start, wait_for
+from clikit import PY, cli, env_for, finish, running_run, start, wait_for
 from feiqiu_etl.simulator import Simulator
 from flowkit import sim_config
 
@@ -101,7 +101,8 @@ def test_a_failed_ods_is_a_failed_run_even_when_the_dwd_load_after_it_succeeds(p
 
 def test_ctrl_c_during_retries_against_an_unreachable_api_cancels(pg_dsn):
     proc = start([*_run(pg_dsn, "--set", "api.retry_backoff=5", "--json"), "--no-progress"], env_for("t"))
-    time.sleep(2.0)
+    running_run(pg_dsn, timeout=120)  # past its start-up (a busy machine takes longer than 2 s): in its retries
+    time.sleep(0.5)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     code, data, err = finish(proc, timeout=30)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import signal
 import time
 
+import psutil
 import pytest
 
-from clikit import PY, env_for, finish, run_args, start
+from clikit import PY, env_for, finish, run_args, start, wait_for
 from feiqiu_etl.db.embedded import default_embedded
 from feiqiu_etl.simulator import Simulator
 from flowkit import sim_config
@@ -37,6 +38,14 @@ def _embedded_run(sim) -> list[str]:
     args = run_args(sim, "-")
     at = args.index("--dsn")
     return args[:at] + args[at + 2:]
+
+
+def _talks_to_the_server(pid: int) -> bool:
+    """The process holds a Unix socket connected to a server (the embedded one's): it waits for it to answer."""
+    try:
+        return any(c.raddr for c in psutil.Process(pid).net_connections(kind="unix"))
+    except (psutil.Error, AttributeError):
+        return False
 
 
 def _one_line(err: str) -> str:
@@ -66,7 +75,9 @@ def test_sigterm_ends_a_run_waiting_for_a_frozen_embedded_server_within_5_s(froz
     with Simulator(sim_config(seed=95)) as sim:
         env = env_for(sim.config.token, FEIQIU_ETL_HOME=str(frozen_home), DB_CONNECT_TIMEOUT="30")
         proc = start(_embedded_run(sim), env)
-        time.sleep(2.5)  # started, joined the server, waiting for it to answer
+        wait_for(lambda: proc.poll() is not None or _talks_to_the_server(proc.pid), timeout=120,
+                 what="the run connected to the frozen server")  # a state, not a guessed 2.5 s (busy machine)
+        time.sleep(0.3)
         assert proc.poll() is None
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
