@@ -278,3 +278,23 @@ def test_a_run_of_30_lanes_on_a_pool_of_4_whose_connections_are_terminated_ends_
             assert conn.execute("SELECT count(*) FROM etl_meta.detail_pending").fetchone()[0] == 0
     print(f"30 lanes, pool of 4, {len(kills)} rounds of terminated backends: SUCCESS in {took:.1f} s, "
           f"at most {peak[0]} connections")
+
+
+def test_a_bounded_session_ends_a_statement_that_outlives_its_bound(pg_dsn):
+    """The end-of-run work's connections (issue 28 item 1): the socket is shut when the bound passes, so a
+    statement the server never answers (here one that sleeps past it) ends with a connection error; a session
+    closed in time is left alone."""
+    from feiqiu_etl.db.connection import bounded_session
+
+    conn = bounded_session(connect(pg_dsn), 1.0)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT pg_sleep(10)")
+    took = time.monotonic() - started
+    conn.close()
+    assert 0.8 < took < 5.0, took
+    quick = bounded_session(connect(pg_dsn), 1.0)
+    assert quick.execute("SELECT 1").fetchone() == (1,)
+    quick.close()
+    time.sleep(1.2)  # the timer fires on a closed connection: nothing happens
+    assert quick.closed

@@ -94,6 +94,19 @@ def abandon(conn: psycopg.Connection) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+def bounded_session(conn: psycopg.Connection, seconds: float) -> psycopg.Connection:
+    """``conn`` with a client-side bound on all the work done on it: ``seconds`` after this call its socket is
+    shut down (:func:`abandon`) if it is still open, so a statement on a server that stopped answering — where no
+    server-side timeout fires — ends with a connection error instead of waiting for ever (issue 28 item 1: the
+    end-of-run work). Closing the connection earlier makes the timer a no-op. Returns ``conn``."""
+    import threading
+
+    timer = threading.Timer(seconds, lambda: None if conn.closed else abandon(conn))
+    timer.daemon = True
+    timer.start()
+    return conn
+
+
 def open_pool(dsn: str, connect_fn: Callable[[str], psycopg.Connection], limits: DbLimits, *,
               name: str = "feiqiu-etl") -> "psycopg_pool.ConnectionPool":  # noqa: F821 - imported below
     """A :class:`psycopg_pool.ConnectionPool` of at most ``limits.pool_size`` connections opened by ``connect_fn``

@@ -51,6 +51,8 @@ log = logging.getLogger("feiqiu_etl.run")
 SAMPLE_EVERY = 0.5
 END_CONNECT_TIMEOUT = 2.0
 """Seconds the end-of-run database work (the alerts' history, retention) may wait for a connection."""
+END_WORK_BOUND = 30.0
+"""Seconds the end-of-run database work may take on one connection before its socket is shut (issue 28)."""
 """Seconds between the run's samples of the rows written (rows/s, the timeline's series)."""
 
 
@@ -194,8 +196,13 @@ class FlowRunner:
         return self.result
 
     def _end_connect(self, dsn: str) -> psycopg.Connection:
-        """A connection for optional end-of-run work: within :data:`END_CONNECT_TIMEOUT` s, the run's limits."""
-        return db_connect(dsn, connect_timeout=END_CONNECT_TIMEOUT, limits=self.plan.db)
+        """A connection for optional end-of-run work: within :data:`END_CONNECT_TIMEOUT` s, the run's limits, and
+        all its work within :data:`END_WORK_BOUND` s at most (``db.unavailable_limit`` if shorter): a server that
+        stops answering meanwhile costs that, not for ever (:func:`~feiqiu_etl.db.connection.bounded_session`)."""
+        from feiqiu_etl.db.connection import bounded_session
+
+        return bounded_session(db_connect(dsn, connect_timeout=END_CONNECT_TIMEOUT, limits=self.plan.db),
+                               min(END_WORK_BOUND, self.plan.db.unavailable_limit))
 
     def _start_record(self, conn: psycopg.Connection) -> None:
         plan = self.plan
