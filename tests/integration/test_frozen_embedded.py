@@ -41,9 +41,10 @@ def _embedded_run(sim) -> list[str]:
 
 
 def _talks_to_the_server(pid: int) -> bool:
-    """The process holds a Unix socket connected to a server (the embedded one's): it waits for it to answer."""
+    """The process holds a Unix socket (it has none before it connects to the embedded server, and Linux does not
+    name a client socket's peer): it waits for the server to answer."""
     try:
-        return any(c.raddr for c in psutil.Process(pid).net_connections(kind="unix"))
+        return bool(psutil.Process(pid).net_connections(kind="unix"))
     except (psutil.Error, AttributeError):
         return False
 
