@@ -113,6 +113,7 @@ def _exact(sim, dsn: str) -> None:
             assert ods_rows(dsn, spec.detail.target_table) == expected_detail_rows(sim, spec, site), spec.code
 
 
+@pytest.mark.timeout(900)  # a hang guard: 10 runs, each a process start (~20 s apiece at load 14)
 def test_a_freeze_inside_a_writer_statement_at_10_random_points_ends_each_run_in_time_and_loses_nothing(
         private_pg, loaded):
     rng = random.Random(2028)
