@@ -37,6 +37,21 @@ def use_display_zone(name: str) -> None:
     _display = None if name == LOCAL else ZoneInfo(name)
 
 
+def display_tz(name: str | None = None) -> tzinfo:
+    """The zone ``name`` names (``local`` or an IANA name), or the process's display zone when None: the local
+    zone is the machine's, with its offset now. The one place that decides where people's times of day are read
+    (``--deadline 06:00``, issue 28 item 2) and shown."""
+    if name is None:
+        if _display is not None:
+            return _display
+        name = LOCAL
+    if name == LOCAL:
+        from datetime import timezone
+
+        return datetime.now().astimezone().tzinfo or timezone.utc
+    return ZoneInfo(name)
+
+
 def in_display_zone(value: datetime) -> datetime:
     """An aware ``value`` in the display zone; a naive one is an upstream (window) time: it stays as it is, in
     :data:`UPSTREAM_ZONE`."""

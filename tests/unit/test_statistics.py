@@ -114,7 +114,8 @@ def test_the_json_of_a_snapshot_is_the_type_and_reads_back_equal():
     assert data["lanes"][0]["queues"] == {"frontier": 2, "processing": 1, "write": 0}
     # the keys the README and live.js know since before the typed status, in their order
     assert list(data) == ["run_id", "phase", "cancelling", "tasks_done", "tasks", "lanes", "elapsed_s",
-                          "rows_written", "rows_per_s", "requests_sent", "requests_remaining", "eta_s"]
+                          "rows_written", "rows_per_s", "requests_sent", "requests_remaining", "eta_s",
+                          "pool_waiting", "pool_wait_s", "pool_in_use", "pool_size"]  # the pool's: issue 28 item 9
     assert list(data["lanes"][0])[:20] == [
         "name", "key", "state", "current", "next_due_in", "wait_reason", "requests_sent", "throttled", "banned",
         "banned_seconds", "floors", "tripped", "queues", "rows_written", "rows_per_s", "requests_remaining",

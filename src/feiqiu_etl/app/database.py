@@ -150,7 +150,7 @@ def connector_for(timeout: float, limits=None) -> Callable[[str], psycopg.Connec
 def check_database(dsn: str, cancellation: CancellationToken | None = None, timeout: float = 10.0) -> None:
     """Connect once before any request, within ``timeout`` seconds and cancellable: an unreachable or silent
     database is a one-line error (exit 2); a cancel while connecting ends the command (exit 5)."""
-    from feiqiu_etl.db.connection import connect, redact_dsn, scrub
+    from feiqiu_etl.db.connection import connect, no_answer, redact_dsn, scrub
 
     def attempt() -> int:
         with connect(dsn, connect_timeout=timeout) as conn:
@@ -159,11 +159,12 @@ def check_database(dsn: str, cancellation: CancellationToken | None = None, time
     try:
         version = bounded(attempt, timeout + PREPARE_GRACE, cancellation,
                           "cancelled while connecting to PostgreSQL; nothing was run")
-    except TimeoutError as exc:
-        raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {exc}") from None
     except CancelledEarly:
         raise
     except BaseException as error:  # noqa: BLE001 - one line, whatever it is
+        silent = no_answer(error, timeout)
+        if silent:
+            raise UsageFailure(f"{silent} ({redact_dsn(dsn)}): frozen or overloaded?") from None
         reason = scrub(one_line(error, None, with_type=False), dsn)
         raise UsageFailure(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): {reason}") from None
     if version < 130000:

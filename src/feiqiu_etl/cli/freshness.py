@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from feiqiu_etl.cli.numeric import FloatRange
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import (common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts,
                                     warehouse)
@@ -39,7 +40,7 @@ def schedule_for(fleet_path: str | None, connector) -> Schedule:
 @click.command()
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
               help="judge only the stores of this fleet file and the tasks each lane runs (its tasks:)")
-@click.option("--hours", type=click.FloatRange(0.01, 8760), default=None,
+@click.option("--hours", type=FloatRange(0.01, 8760), default=None,
               help=f"stale when older than this (default: the alerts file's rules.stale_hours, else "
                    f"{DEFAULT_STALE_HOURS:g})")
 @click.option("--fail-stale", is_flag=True, help=f"exit {exitcodes.STALE} when something is stale")

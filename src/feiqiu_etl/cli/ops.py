@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 
 import click
+
+from feiqiu_etl.cli.numeric import FloatRange, INT, IntRange
 import psycopg
 
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, setup_logging, \
@@ -52,9 +54,9 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--limit", type=IntRange(1, 10000), default=20, show_default=True)
 @click.option("--status", type=click.Choice([s.value for s in RECORDED], case_sensitive=False), help="only runs with this status")
-@click.option("--store", type=int, help="only runs that included this store (site id)")
+@click.option("--store", type=INT, help="only runs that included this store (site id)")
 @dsn_option
 @json_option
 @common_options
@@ -164,7 +166,7 @@ def _ended(conn: psycopg.Connection, run_id: str) -> str:
 
 @click.command()
 @click.argument("run_id")
-@click.option("--wait", "wait_s", type=click.FloatRange(0, 3600), default=30, show_default=True,
+@click.option("--wait", "wait_s", type=FloatRange(0, 3600), default=30, show_default=True,
               help="wait up to this long for the run to end and print its final status (0 = do not wait)")
 @dsn_option
 @json_option
@@ -197,7 +199,7 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
 
 @click.group(invoke_without_command=True)
 @click.option("--task", "task_code", help="only this task (e.g. ODS_SETTLEMENT)")
-@click.option("--site-id", type=int, help="only this store")
+@click.option("--site-id", type=INT, help="only this store")
 @dsn_option
 @json_option
 @common_options
@@ -228,7 +230,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
 @details.command("drop")
 @click.argument("task_code")
 @click.argument("parents", nargs=-1)
-@click.option("--site-id", type=int, help="only this store")
+@click.option("--site-id", type=INT, help="only this store")
 @click.option("--all", "drop_all", is_flag=True, help="drop every owed detail of the task (no PARENT given)")
 @dsn_option
 @common_options

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from feiqiu_etl.cli.numeric import FLOAT, INT, IntRange
 from feiqiu_etl.cli.options import (collect_sets, common_options, emit, flag_options, layers, redacted_args,
                                     setup_logging, to_run_options, use_alerts, with_run_options)
 from feiqiu_etl.app.database import check_database, connector_for, database
@@ -20,8 +21,8 @@ from feiqiu_etl.textsafe import terminal_json
 
 @click.command()
 @with_run_options
-@click.option("--timeout", type=float, help="cancel the run after this many seconds")
-@click.option("--wait-for-lane", type=float, metavar="SECONDS",
+@click.option("--timeout", type=FLOAT, help="cancel the run after this many seconds")
+@click.option("--wait-for-lane", type=FLOAT, metavar="SECONDS",
               help="if another run holds a token's lane, wait up to this long (default: exit 6 at once)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @click.option("--no-progress", is_flag=True, help="no progress display or progress lines on stderr")
@@ -70,10 +71,10 @@ def plan(as_json, verbose, log_format, **p) -> None:
 @click.command()
 @click.option("--dsn", help="PostgreSQL DSN (ETL_DB_DSN is NOT used: the demo never writes into the warehouse "
                            "by accident); default: database feiqiu_demo on the embedded server")
-@click.option("--seed", type=int, default=7, show_default=True, help="simulated data seed")
+@click.option("--seed", type=INT, default=7, show_default=True, help="simulated data seed")
 @click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True,
               help="simulated store size")
-@click.option("--days", type=click.IntRange(1, 31), default=3, show_default=True,
+@click.option("--days", type=IntRange(1, 31), default=3, show_default=True,
               help="days of simulated history to load")
 @flag_options("pipeline.workers", "pipeline.batch_size")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=collect_sets,

@@ -186,7 +186,11 @@ def warehouse(options: RunOptions):
         conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         conn.commit()
     except psycopg.Error as exc:
-        raise dg.Failure(description=escape(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
+        from feiqiu_etl.db.connection import no_answer
+
+        reason = no_answer(exc, settings.db.connect_timeout)
+        raise dg.Failure(description=escape(f"{reason} ({redact_dsn(dsn)})" if reason else
+                                            f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
                                             f"{scrub(one_line(exc, with_type=False), dsn)}"),
                          allow_retries=False) from None
     return conn

@@ -233,12 +233,12 @@ class LanePlan:
                     "summary": self.fit.lines(self.name, self.until()) if self.fit is not None else []}}
 
     def until(self) -> str:
-        """The deadline as a person reads it: ``06:00 (06:00:00)``, ``45m (21:14:07)``."""
-        from feiqiu_etl.deadline import shown
+        """The deadline as a person reads it: ``06:00 (06:00:00 +08:00)``, ``45m (21:14:07 +08:00)``."""
+        from feiqiu_etl.deadline import named
 
         if self.deadline is None or self.deadline_at is None:
             return "-"
-        return f"{self.deadline.text} ({shown(self.deadline_at)})"
+        return named(self.deadline.text, self.deadline_at)
 
 
 @dataclass(frozen=True)

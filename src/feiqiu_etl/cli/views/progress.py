@@ -74,6 +74,9 @@ def progress_view(run: RunStatistics) -> Group:
                 f"· ETA {duration(run.eta_s)}", style="bold")
     if run.cancelling:
         head.append(" · cancelling", style="magenta")
+    if run.pool_waiting:  # contention, not an outage (issue 28 item 9)
+        head.append(f" · {run.pool_waiting} waiting for a database connection ({run.pool_in_use}/{run.pool_size} "
+                    f"in use, longest {duration(run.pool_wait_s)})", style="yellow")
     head.no_wrap, head.overflow = True, "ellipsis"
     lines: list[Text] = [head]
     for lane in run.lanes:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from feiqiu_etl.cli.views.console import compact_table, fitted, short_sites, status_text, stdout_console
 from feiqiu_etl.common.status import Status
+from feiqiu_etl.deadline import named
 from feiqiu_etl.formats import duration
 from feiqiu_etl.textsafe import escape_tree
 
@@ -144,14 +145,16 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
 
 
 def deadline_line(lane: str, deadline: dict) -> str:
-    """``lane north: deadline 06:00 reached, ~120 requests left for the next run (gaps narrowed, pace 0.00)``."""
+    """``lane north: deadline 06:00 (06:00:00 +08:00) reached, ~120 requests left for the next run (gaps narrowed,
+    pace 0.00)``."""
     pace = deadline.get("pace", 1.0)
     narrowed = f" (gaps narrowed, pace {pace:.2f})" if pace is not None and pace < 1 else ""
     if deadline.get("reached"):
         left = deadline.get("left_requests")
         what = f"~{left:,} requests left" if isinstance(left, int) else "the rest left"
-        return f"lane {lane}: deadline {deadline.get('text')} reached, {what} for the next run{narrowed}"
-    return f"lane {lane}: finished before its deadline {deadline.get('text')}{narrowed}"
+        return f"lane {lane}: deadline {named(deadline.get('text'), deadline.get('at'))} reached, {what} for the next " \
+               f"run{narrowed}"
+    return f"lane {lane}: finished before its deadline {named(deadline.get('text'), deadline.get('at'))}{narrowed}"
 
 
 def error_params(error: dict) -> str:
