@@ -188,7 +188,7 @@ def test_waiting_for_a_busy_pool_is_not_the_database_being_away_and_is_shown(pg_
     the database was fine (the pool was merely busy). Now a checkout that waits past ``db.unavailable_limit`` for
     a pool whose connections are busy, while connects work, goes on waiting: no outage, no give-up, and the
     wait is in the statistics (and so in ``status``)."""
-    from feiqiu_etl.report import progress_view
+    from feiqiu_etl.cli.views.progress import progress_view
     from feiqiu_etl.statistics import RunStatistics
 
     gone = []

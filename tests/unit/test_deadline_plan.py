@@ -186,7 +186,7 @@ def test_a_time_of_day_is_read_in_display_timezone_not_the_hosts_zone_and_said_w
     Shanghai time (22:00 UTC), not 06:00 UTC (14:00 Shanghai), and every deadline message names the offset."""
     import time as clock
 
-    from feiqiu_etl.report import deadline_line
+    from feiqiu_etl.cli.views.summary import deadline_line
     from feiqiu_etl.formats import use_display_zone
 
     monkeypatch.setenv("TZ", "UTC")
