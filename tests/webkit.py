@@ -59,7 +59,8 @@ def chromium() -> Iterator["object"]:
 
 def screenshot(driver, name: str) -> Path:
     """Take the viewport (1280×800) as ``<name>.png`` in a temporary folder, or in docs/screenshots (the
-    README's pictures) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so that a test run leaves the checkout clean."""
+    docs site's pictures, docs/guides/web.md) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so that a test run leaves the
+    checkout clean."""
     import struct
 
     folder = SCREENSHOTS if os.environ.get("FEIQIU_UPDATE_SCREENSHOTS") == "1" else _SHOTS_TMP
