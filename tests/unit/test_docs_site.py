@@ -85,7 +85,8 @@ def test_every_page_is_in_the_nav():
     pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
     assert [p for p in nav if not (DOCS / p).exists()] == []
     left = [p for p in pages if p not in nav]
-    assert left == [], f"pages in no nav section of mkdocs.yml (add one line each, `- Title: {left[:1]}`)"
+    assert left == [], "pages in no nav section of mkdocs.yml; add one line each under its section: " + "; ".join(
+        f"`- Title: {page}`" for page in left)
 
 
 def test_the_site_builds_strictly(tmp_path):
