@@ -58,6 +58,18 @@ def test_the_readme_is_a_front_door_with_the_ci_test_command():
     assert picture in (DOCS / "index.md").read_text(encoding="utf-8"), "README's picture differs from the site's"
 
 
+def test_the_readme_quick_start_is_ten_lines_on_a_fresh_home_with_unsafe_gaps_on_purpose():
+    """Run as written (measured at issue 26: SUCCESS, 108 requests, 49 s, then 42 settlements and 40 current
+    members), here only its shape: ten lines, a fresh home before the run, tiny gaps only with --unsafe-gaps."""
+    block = re.search(r"## Quick start on the simulator.*?```bash\n(.*?)```", README.read_text(encoding="utf-8"),
+                      re.S).group(1).splitlines()
+    assert len(block) == 10, block
+    home = next(i for i, line in enumerate(block) if line.startswith("export FEIQIU_ETL_HOME=$(mktemp -d)"))
+    run = next(i for i, line in enumerate(block) if line.startswith("feiqiu-etl run "))
+    assert block[0].startswith("feiqiu-etl simulate ") and "--gap-standard 0.2" in block[0] and home < run
+    assert "--unsafe-gaps" in block[run] and block[-1].startswith("kill %1")
+
+
 def test_the_generated_reference_pages_are_current():
     gen = _gen()
     assert gen.stale() == [], "run: python docs/gen.py"
