@@ -22,6 +22,7 @@
         token_refused: true            # 40101
         store_refused: true            # 40103
         banned: true                   # 42902
+        reconcile: true                # a listing short, over or an unexpected zero (issue 25)
         consecutive_failures: 3        # a store failed in this many runs in a row (0 = off)
         stale_hours: 26                # data older than this, per store and task (null = off)
 
@@ -106,6 +107,7 @@ class RulesModel(_Strict):
     token_refused: bool = True
     store_refused: bool = True
     banned: bool = True
+    reconcile: bool = True
     consecutive_failures: int = Field(3, ge=0, le=1000)
     stale_hours: float | None = Field(26.0, gt=0, le=8760)
 

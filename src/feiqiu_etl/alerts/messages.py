@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, DEADLINE, FAILED, INTERRUPTED, PARTIAL, STALE,
+from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, DEADLINE, FAILED, INTERRUPTED, PARTIAL, RECONCILE,
+                                     STALE,
                                      STATUS_REASONS, STORE_REFUSED, TEST, TIMEOUT, TOKEN_REFUSED, Finding, ordered,
                                      severity)
 from feiqiu_etl.formats import when
@@ -48,6 +49,7 @@ TEXTS: dict[str, dict[str, str]] = {
         TOKEN_REFUSED: "token refused (40101) on lane {lanes}",
         STORE_REFUSED: "store refused (40103): {stores}",
         BANNED: "banned by the upstream (42902) on lane {lanes}",
+        RECONCILE: "listings not exact against their total: {listings}",
         CONSECUTIVE_FAILURES: "store {site_id} failed in {runs} runs in a row",
         "lanes": "Lanes: {lanes}",
         "stores": "Stores: {stores}",
@@ -77,6 +79,7 @@ TEXTS: dict[str, dict[str, str]] = {
         TOKEN_REFUSED: "令牌被拒绝（40101），通道 {lanes}",
         STORE_REFUSED: "门店被拒绝（40103）：{stores}",
         BANNED: "被上游封禁（42902），通道 {lanes}",
+        RECONCILE: "列表与其 total 不符：{listings}",
         CONSECUTIVE_FAILURES: "门店 {site_id} 连续 {runs} 次运行失败",
         "lanes": "通道：{lanes}",
         "stores": "门店：{stores}",
@@ -206,6 +209,11 @@ def _why(f: Finding, t: dict[str, str]) -> str:
         return t[f.reason].format(stores=", ".join(f"{s['site_id']} ({s['lane']})" for s in x.get("stores", [])))
     if f.reason == CONSECUTIVE_FAILURES:
         return t[f.reason].format(site_id=x["site_id"], runs=x["runs"])
+    if f.reason == RECONCILE:
+        shown = x.get("listings", [])[:ERRORS_SHOWN]
+        listed = "; ".join(f"{i['task']} {i['site_id']} {i['where']} {i['verdict']} ({i.get('reason')})" for i in shown)
+        more = len(x.get("listings", [])) - len(shown)
+        return clean(t[f.reason].format(listings=listed + (f"; +{more}" if more > 0 else "")))
     return clean(t.get(f.reason, f.reason).format(error=error))
 
 

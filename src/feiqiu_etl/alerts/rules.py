@@ -5,7 +5,8 @@ A rule turns facts into :class:`Finding` values; it never sends anything. A find
 same reason about the same subject is sent once per target (:mod:`.record`). The subjects are:
 
 * the run id for the run's own reasons (``FAILED``, ``PARTIAL``, ``INTERRUPTED``, ``DEADLINE``, ``TIMEOUT``,
-  ``TOKEN_REFUSED``, ``STORE_REFUSED``, ``BANNED``);
+  ``TOKEN_REFUSED``, ``STORE_REFUSED``, ``BANNED``, ``RECONCILE``: a listing whose verdict is not ``ok`` or
+  ``refetched``, issue 25, tasks/ods/reconcile.py);
 * ``site/run`` for ``CONSECUTIVE_FAILURES``, raised exactly when a store's streak of failed runs reaches N
   (not again at N + 1: the streak is already known);
 * ``connector/site/task@fresh_until`` for ``STALE``: a store/task is reported once per age; after a fresh
@@ -26,12 +27,15 @@ from typing import Any, Iterable
 FAILED, PARTIAL, INTERRUPTED, TIMEOUT = "FAILED", "PARTIAL", "INTERRUPTED", "TIMEOUT"
 TOKEN_REFUSED, STORE_REFUSED, BANNED = "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
 CONSECUTIVE_FAILURES, STALE, TEST, DEADLINE = "CONSECUTIVE_FAILURES", "STALE", "TEST", "DEADLINE"
+RECONCILE = "RECONCILE"
+RECONCILE_ALERTED = ("short", "over", "unexpected_zero")
+"""Listing verdicts that raise ``RECONCILE`` (``tasks.ods.reconcile.ALERTED``; here as data: rules import no task)."""
 
 STATUS_REASONS = {"FAILED": FAILED, "PARTIAL": PARTIAL, "INTERRUPTED": INTERRUPTED, "DEADLINE": DEADLINE}
 """Run status → reason. A status not listed (SUCCESS, CANCELLED) raises nothing by itself."""
 
 REASONS = (FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES, BANNED, STORE_REFUSED, PARTIAL,
-           DEADLINE, STALE, TEST)
+           RECONCILE, DEADLINE, STALE, TEST)
 """Every reason, most severe first (a message's title names its first)."""
 
 RULE_NAMES = tuple(r.lower() for r in REASONS if r != TEST)
@@ -82,6 +86,26 @@ def run_findings(summary: dict[str, Any], rules: Any) -> list[Finding]:
                   for lane in lanes if (lane.get("banned") or 0) > 0]
         if banned:
             out.append(Finding(BANNED, run_id, {"lanes": banned}))
+    if getattr(rules, "reconcile", False):
+        listings = reconcile_findings(summary.get("tasks") or [])
+        if listings:
+            out.append(Finding(RECONCILE, run_id, {"listings": listings}))
+    return out
+
+
+def reconcile_findings(tasks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every listing of the run's tasks whose verdict raises ``RECONCILE``: ``{task, site_id, verdict, where,
+    reason}`` (``where``: ``snapshot`` or the window)."""
+    out = []
+    for t in tasks:
+        if not isinstance(t, dict):
+            continue
+        for listing in (t.get("reconcile") or {}).get("listings") or []:
+            if listing.get("verdict") in RECONCILE_ALERTED:
+                window = listing.get("window")
+                out.append({"task": t.get("task"), "site_id": t.get("site_id"), "verdict": listing["verdict"],
+                            "where": "snapshot" if not window else f"{window[0]} - {window[1]}",
+                            "reason": listing.get("reason")})
     return out
 
 

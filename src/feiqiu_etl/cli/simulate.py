@@ -29,9 +29,13 @@ from feiqiu_etl.runner.launch import UsageFailure
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False),
               help="serve a fleet file's lanes: each token (read from its token_env, or generated and printed) "
                    "may read its lane's stores")
+@click.option("--fault", "faults", multiple=True, metavar="KIND[:PATH[:COUNT[:DAY]]]",
+              help="inject a fault at start (repeatable), e.g. short_page:/api/member/list:1 or "
+                   "total_zero:/api/goods/list:1000 (issue 25 data faults: short_page, total_zero, empty_page, "
+                   "total_moves, zero_day); later ones: POST /__sim/faults")
 @common_options
 def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seconds, violation_window, no_risk_control,
-             anchor, fleet_path, verbose, log_format) -> None:
+             anchor, fleet_path, faults, verbose, log_format) -> None:
     """Serve the simulated Feiqiu API (docs/upstream-api.md) until Ctrl-C."""
     setup_logging(verbose, log_format)
     from feiqiu_etl.connector.windows import parse_local
@@ -48,13 +52,24 @@ def simulate(host, port, seed, scale, days, gap_standard, gap_groupbuy, ban_seco
         risk = RiskControlConfig(gap_standard=gap_standard, gap_groupbuy=gap_groupbuy, ban_seconds=ban_seconds,
                                  violation_window=violation_window, enabled=not no_risk_control)
         cfg = SimulatorConfig(seed=seed, scale=scale, days=days, host=host, port=port, risk=risk,
-                              site_ids=site_ids, tokens=tokens, anchor=anchor_at)
+                              site_ids=site_ids, tokens=tokens, anchor=anchor_at,
+                              faults=tuple(_fault(text) for text in faults))
     except ValueError as exc:
         raise UsageFailure(str(exc)) from None
     try:
         serve_forever(cfg)
     except OSError as exc:
         raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _fault(text: str) -> dict:
+    """``KIND[:PATH[:COUNT[:DAY]]]`` as a ``SimulatorConfig.faults`` entry (``ValueError`` for a bad count)."""
+    kind, path, count, day = (text.split(":", 3) + [""] * 3)[:4]
+    try:
+        number = int(count) if count else 1
+    except ValueError:
+        raise ValueError(f"--fault {text!r}: COUNT must be an integer") from None
+    return {"kind": kind, "path": path or None, "count": number, "day": day or None}
 
 
 def _fleet_tokens(path: str) -> tuple[dict, tuple]:

@@ -132,7 +132,8 @@ def _ranges(items: list[dict[str, datetime]]):
     console; these lines hold only dates)."""
     from rich.text import Text
 
-    shown = [f"{_day(w['start'])} → {_day(w['end'])}" for w in items[:MAX_RANGES]]
+    shown = [f"{_day(w['start'])} → {_day(w['end'])}{' (short)' if w.get('reason') else ''}"
+             for w in items[:MAX_RANGES]]
     if len(items) > MAX_RANGES:
         shown.append(f"… {len(items) - MAX_RANGES} more (--json)")
     return Text("\n".join(shown) or "-")
@@ -170,6 +171,10 @@ def _render(data: dict[str, Any]) -> None:
                 if col in columns:
                     for n, line in enumerate(row[col].plain.splitlines()):
                         console.print(f"  {col if n == 0 else '':<9} {line}")
+    for t in data["tasks"]:  # why a hole is one (issue 25: a listing that stayed short)
+        for h in t["holes"]:
+            if h.get("reason"):
+                say(f"hole {_day(h['start'])} → {_day(h['end'])} of store {t['site_id']} {t['task']}: {h['reason']}")
     if data["dwd"]:
         zone = header_zone([*(w["watermark"] for w in data["dwd"]), *(w.get("updated_at") for w in data["dwd"])])
         stamp = lambda v: when(v, seconds=False, offset=zone is None)  # noqa: E731

@@ -6,8 +6,8 @@ is the order, written once):
 
 ===========  =========================================================================================
 default      the built-in defaults declared on the fields below
-connector    the connector file: each task's ``pipeline:`` defaults (e.g. the 8.5 s group-buy gap) and
-             ``api.timeout`` (its ``timeout_seconds``)
+connector    the connector file: each task's ``pipeline:`` defaults (e.g. the 8.5 s group-buy gap),
+             ``api.timeout`` (its ``timeout_seconds``) and ``integrity.*`` (its ``integrity:``)
 fleet file   a fleet file's top-level ``api_base``
 .env         variables a ``.env`` file put into the environment (the real environment wins)
 environment  the real environment
@@ -139,6 +139,15 @@ class DetailSection(_Section):
                                                                   "(the rest carried to its next run; 0 = off)")
 
 
+class IntegritySection(_Section):
+    refetch_listings: int = Field(2, ge=0, le=1000, description="listings per task and run fetched again from page 1 "
+                                  "when they end short or over their total (issue 25; default: the connector's)")
+    zero_floor: int = Field(20, ge=0, le=10_000_000, description="a window of whole days that answers 0 rows where "
+                            "the trailing median of those weekdays is at least this many rows is unexpected_zero "
+                            "(fetched once more, alerted); 0 = off (default: the connector's)")
+    zero_weeks: int = Field(4, ge=2, le=52, description="weeks back the trailing median of a weekday reads")
+
+
 class DbSection(_Section):
     connect_timeout: float = Field(10.0, ge=0.5, le=600, description="PostgreSQL connect timeout, s")
     unavailable_limit: float = Field(60.0, ge=1, le=86400, description="s the database may stay away during a run")
@@ -224,6 +233,7 @@ class Settings(BaseSettings):
     api: ApiSection = ApiSection()
     lane: LaneSection = LaneSection()
     detail: DetailSection = DetailSection()
+    integrity: IntegritySection = IntegritySection()
     db: DbSection = DbSection()
     run: RunSection = RunSection()
     progress: ProgressSection = ProgressSection()
@@ -309,7 +319,7 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "db", "run", "progress", "sql", "state", "display")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "integrity", "db", "run", "progress", "sql", "state", "display")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""
@@ -377,7 +387,9 @@ def load_settings(*, connector: Any = None, environ: Mapping[str, str] | None = 
               read_layer(Source.FLEET, {"api_base": fleet_base} if fleet_base else {}, tasks, named=True)]
     if connector is not None:
         defaults = {f"pipeline.{t.code.lower()}.{k}": v for t in connector.tasks for k, v in t.pipeline.items()}
-        layers.append(read_layer(Source.CONNECTOR, {"api.timeout": connector.api.timeout_seconds, **defaults}, tasks))
+        integrity = {f"integrity.{k}": v for k, v in connector.model.integrity.model_dump().items()}
+        layers.append(read_layer(Source.CONNECTOR, {"api.timeout": connector.api.timeout_seconds, **integrity,
+                                                    **defaults}, tasks))
     return _build(tuple(layers), tasks)
 
 

@@ -259,10 +259,20 @@ class TaskModel(_Strict):
         return self
 
 
+class IntegrityModel(_Strict):
+    """How far a listing is trusted (issue 25, tasks/ods/reconcile.py): extra listings per task and run fetched
+    again from page 1, the rows a day usually has for 0 rows to be unexpected, weeks of the trailing median."""
+
+    refetch_listings: int = Field(2, ge=0, le=1000)
+    zero_floor: int = Field(20, ge=0)
+    zero_weeks: int = Field(4, ge=2, le=52)
+
+
 class ConnectorModel(_Strict):
     name: str
     description: str = ""
     api: ApiModel = ApiModel()
+    integrity: IntegrityModel = IntegrityModel()
     dwd_mapping: str | None = None
     tasks: list[TaskModel] = Field(min_length=1)
 

@@ -6,7 +6,8 @@ connector's task specs and are always composed with ``psycopg.sql.Identifier`` (
 removed a run's stored log and request timeline, :mod:`feiqiu_etl.registry.retention`), completed window segments and the
 earliest start ever planned incrementally (together: resume from the holes), detail requests still owed
 (retried on the next run) and who reset which of that bookkeeping when (``state_reset``: ``feiqiu-etl state
-reset``, :mod:`feiqiu_etl.registry.state`).
+reset``, :mod:`feiqiu_etl.registry.state`), and every listing's reconciliation against its total
+(``listing_reconcile``, issue 25: :mod:`feiqiu_etl.tasks.ods.reconcile`).
 """
 
 from __future__ import annotations
@@ -161,6 +162,33 @@ CREATE TABLE IF NOT EXISTS etl_meta.state_reset (
     dwd        boolean NOT NULL,
     forgot     jsonb NOT NULL
 );
+CREATE TABLE IF NOT EXISTS etl_meta.listing_reconcile (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id           text NOT NULL,
+    connector        text NOT NULL,
+    site_id          bigint NOT NULL,
+    task_code        text NOT NULL,
+    kind             text NOT NULL CHECK (kind IN ('window', 'snapshot')),
+    window_start     timestamptz,
+    window_end       timestamptz,
+    first_total      bigint,
+    totals_moved     bigint[] NOT NULL DEFAULT '{}',
+    pages            integer NOT NULL,
+    rows_received    bigint NOT NULL,
+    distinct_keys    bigint NOT NULL,
+    listings         integer NOT NULL,
+    expected_rows    double precision,
+    ods_inserted     bigint NOT NULL,
+    ods_updated      bigint NOT NULL,
+    ods_unchanged    bigint NOT NULL,
+    ods_soft_deleted bigint NOT NULL,
+    verdict          text NOT NULL,
+    reason           text,
+    recorded_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS listing_reconcile_run_idx ON etl_meta.listing_reconcile (run_id);
+CREATE INDEX IF NOT EXISTS listing_reconcile_not_ok_idx ON etl_meta.listing_reconcile
+    (connector, site_id, task_code, window_start) WHERE verdict <> 'ok';
 CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
     lane_key    text PRIMARY KEY,
     run_id      text NOT NULL,

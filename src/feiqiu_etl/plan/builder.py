@@ -21,6 +21,7 @@ from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate, plan_estimate
 from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 from feiqiu_etl.plan.fit import fit_lane, safe_gaps
 from feiqiu_etl.plan.history import EMPTY, PlanHistory, TaskHistory
 from feiqiu_etl.plan.inputs import LaneInput, PlanInputs
@@ -43,6 +44,7 @@ def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetim
         connector=inputs.connector, lanes=lanes, load_ods=inputs.load_ods, dwd=inputs.dwd, now=now,
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
         unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.settings.detail.max_attempts,
+        integrity=IntegrityRules(**inputs.settings.integrity.model_dump()),
         db=DbLimits.of(inputs.settings.db), stall_after=inputs.settings.run.stall_after,
         retention_days=inputs.settings.run.retention_days,
         settings=settings_snapshot(inputs), started=started,

@@ -21,6 +21,7 @@ from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 
 if TYPE_CHECKING:
     from feiqiu_etl.plan.fit import LaneFit
@@ -250,6 +251,7 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
+    integrity: IntegrityRules = IntegrityRules()
     db: DbLimits = DbLimits()
     stall_after: float = 900.0
     retention_days: float = 90.0

@@ -3,7 +3,8 @@
 ``feiqiu-etl runs prune --older-than 90d`` and ``run.retention_days`` (default 90, 0 = keep forever; applied
 at the end of every run by :func:`prune_after_run`) call :func:`prune`. For every run that ended (any status
 but ``RUNNING``) before the cutoff it deletes the run's stored log (``etl_meta.run_log``) and its request
-timeline (``etl_meta.run_request``), drops the rows-over-time series from its summary, and stamps the run's
+timeline (``etl_meta.run_request``) and its listings' reconciliation (``etl_meta.listing_reconcile``, issue 25;
+the run's summary keeps their verdict counts), drops the rows-over-time series from its summary, and stamps the run's
 ``pruned_at``: the run's record — status, counts, per-store/task results, errors — stays, and ``show`` and
 the web page say "timeline pruned on …". With ``records=True`` (``runs prune --records``) the run records
 themselves go too, with the alerts recorded about them.
@@ -62,6 +63,7 @@ class PruneResult:
     log_rows: int = 0
     request_rows: int = 0
     alert_rows: int = 0
+    reconcile_rows: int = 0
     cutoff: datetime | None = None
     complete: bool = True
     seconds: float = 0.0
@@ -70,6 +72,7 @@ class PruneResult:
         """The figures for ``--json`` (``cutoff`` stays a datetime: ``registry.jsonable`` writes it)."""
         return {"runs": self.runs, "records": self.records, "log_rows": self.log_rows,
                 "request_rows": self.request_rows, "alert_rows": self.alert_rows,
+                "reconcile_rows": self.reconcile_rows,
                 "cutoff": self.cutoff, "complete": self.complete,
                 "seconds": round(self.seconds, 3)}
 
@@ -89,7 +92,7 @@ def prune(conn: psycopg.Connection, older_than: timedelta, *, records: bool = Fa
     started = clock()
     cutoff = conn.execute("SELECT now() - %s", (older_than,)).fetchone()[0]
     conn.commit()
-    totals = dict(runs=0, records=0, log_rows=0, request_rows=0, alert_rows=0)
+    totals = dict(runs=0, records=0, log_rows=0, request_rows=0, alert_rows=0, reconcile_rows=0)
     complete = True
     while True:
         if clock() - started > budget_s:
@@ -107,6 +110,8 @@ def prune(conn: psycopg.Connection, older_than: timedelta, *, records: bool = Fa
                                                (ids,)).rowcount
             totals["request_rows"] += conn.execute("DELETE FROM etl_meta.run_request WHERE run_id = ANY(%s)",
                                                    (ids,)).rowcount
+            totals["reconcile_rows"] += conn.execute(
+                "DELETE FROM etl_meta.listing_reconcile WHERE run_id = ANY(%s)", (ids,)).rowcount
             if records:
                 totals["alert_rows"] += conn.execute("DELETE FROM etl_meta.alert WHERE run_id = ANY(%s)",
                                                      (ids,)).rowcount

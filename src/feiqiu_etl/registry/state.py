@@ -152,6 +152,7 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
         first = e["horizon"] if e["horizon"] is not None else finished[0].start
         if first < finished[-1].end:
             e["holes"] = _ranges(subtract(Window(first, finished[-1].end), finished))
+    _short_holes(conn, tasks, done, scope, params, entry)
     wanted = None if dwd_tables is None else list(dwd_tables)
     dwd = []
     for kind, table in watermark_tables:
@@ -172,6 +173,34 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
     conn.commit()
     return {"tasks": [tasks[k] for k in sorted(tasks)], "dwd": sorted(dwd, key=lambda r: r["table"]),
             "resets": resets}
+
+
+def _short_holes(conn: psycopg.Connection, tasks: dict, done: dict, scope: str, params: dict, entry) -> None:
+    """Windows whose latest listing was ``short`` (issue 25, ``etl_meta.listing_reconcile``) and that no
+    checkpoint covers: holes with their ``reason`` (a hole between finished ranges gets the reason; one past the
+    high-water mark is added). The next run fetches them again."""
+    if conn.execute("SELECT to_regclass('etl_meta.listing_reconcile')").fetchone()[0] is None:
+        return
+    rows = conn.execute(
+        f"SELECT DISTINCT ON (site_id, task_code, window_start, window_end) site_id, task_code, window_start, "
+        f"window_end, verdict, reason, run_id FROM etl_meta.listing_reconcile WHERE {scope} AND kind = 'window' "
+        f"ORDER BY site_id, task_code, window_start, window_end, id DESC", params).fetchall()
+    for site, code, a, b, verdict, reason, run_id in rows:
+        if verdict != "short":
+            continue
+        window = Window(from_aware(a), from_aware(b))
+        missing = subtract(window, merge(done.get((site, code), [])))
+        if not missing:
+            continue  # a later run filled it
+        e = entry(site, code)
+        text = f"short: {reason} (run {run_id})"
+        for gap in missing:
+            hit = [h for h in e["holes"] if h["start"] < gap.end and gap.start < h["end"]]
+            for h in hit:
+                h["reason"] = text
+            if not hit:
+                e["holes"].append({"start": gap.start, "end": gap.end, "reason": text})
+        e["holes"].sort(key=lambda h: h["start"])
 
 
 def _ranges(windows: Iterable[Window]) -> list[dict[str, datetime]]:

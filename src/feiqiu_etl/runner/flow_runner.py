@@ -114,6 +114,7 @@ class FlowRunner:
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         tasks = TaskContext(dsn, self.run_id, self.cancellation, conventions=ApiConventions.of(plan.connector),
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
+                            integrity=plan.integrity,
                             connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
                               store_request=self._store_request, client_factory=wiring.client_factory,

@@ -6,6 +6,8 @@
 | ``GET /__sim/clock`` | – | ``{"now", "anchor", "marks": [...]}``: the simulator's time and the states it keeps |
 | ``POST /__sim/advance`` | ``{"hours": N}`` | moves the clock N hours (0 < N ≤ 744) and generates that time's trading and edits (``trading``); ``{"from", "now", "hours", "sites": {site: {task: {inserted, updated, volatile_only, deleted}}}}`` |
 | ``POST /__sim/minimum`` | ``{"siteId", "startTime", "endTime", "limit"?}`` | the fewest requests a perfect connector needs for the store over ``[startTime, endTime)`` (``minimum``): ``{"requests", "firstLoad", "tasks": [{task_code, kind, rows, segments, pages, details, volatile_only, requests}]}`` |
+| ``GET /__sim/faults`` | – | the pending faults: ``[{"kind", "path", "count", "day", "page"}]`` |
+| ``POST /__sim/faults`` | ``{"kind", "path"?, "count"?, "day"?, "page"?}`` or ``{"clear": true}`` | queues a fault for the next ``count`` (default 1) matching requests, as ``Simulator.inject`` (kinds in ``faults``; the data faults ``short_page``, ``total_zero``/``empty_page``, ``total_moves``, ``zero_day`` of issue 25), or drops every pending fault; the pending faults |
 | ``POST /__sim/risk`` | any of ``{"enabled", "gap_standard", "gap_groupbuy", "violations_to_ban", "violation_window", "ban_seconds"}`` | risk control from the next request on (e.g. off while a benchmark seeds its first load, on again for the night it measures); the whole new ``RiskControlConfig`` |
 
 The ``POST`` endpoints change or compute data, so they demand the simulator's own token
@@ -23,6 +25,7 @@ from typing import Any
 
 from feiqiu_etl.simulator.config import RiskControlConfig, SimulatorConfig
 from feiqiu_etl.simulator.dataset import MAX_ADVANCE_HOURS, Dataset
+from feiqiu_etl.simulator.faults import FaultInjector
 from feiqiu_etl.simulator.params import MAX_LIMIT, ApiError, parse_body, parse_site_id
 from feiqiu_etl.simulator.requestlog import RequestLog
 from feiqiu_etl.simulator.risk import RiskController
@@ -45,18 +48,20 @@ class Admin:
     """Answers the ``/__sim/`` endpoints (module docstring)."""
 
     def __init__(self, config: SimulatorConfig, dataset: Dataset, log: RequestLog,
-                 risk: RiskController | None = None) -> None:
+                 risk: RiskController | None = None, faults: FaultInjector | None = None) -> None:
         self.config = config
         self.dataset = dataset
         self.log = log
         self.risk = risk
+        self.faults = faults
 
     def handle(self, method: str, path: str, token: str | None, raw: bytes) -> AdminAnswer | None:
         """The answer to ``method path`` with ``raw`` body from a caller holding ``token``; ``None``: no such
         endpoint (404)."""
         route = {("GET", "/__sim/log"): self._log, ("GET", "/__sim/clock"): self._clock,
                  ("POST", "/__sim/advance"): self._advance, ("POST", "/__sim/minimum"): self._minimum,
-                 ("POST", "/__sim/risk"): self._risk}.get((method, path))
+                 ("POST", "/__sim/risk"): self._risk, ("GET", "/__sim/faults"): self._pending_faults,
+                 ("POST", "/__sim/faults"): self._inject}.get((method, path))
         if route is None:
             return None
         if method == "GET":
@@ -86,6 +91,28 @@ class Admin:
             return self.dataset.advance_trading(hours).to_json()
         except ValueError as exc:
             raise ApiError(40001, f"参数错误: {exc}") from None
+
+    def _pending_faults(self) -> AdminAnswer:
+        return AdminAnswer(data=[f.to_json() for f in self.faults.pending()] if self.faults else [])
+
+    def _inject(self, body: dict) -> list:
+        if self.faults is None:
+            raise ApiError(40001, "参数错误: this simulator injects no faults")
+        if body.get("clear") is True and set(body) == {"clear"}:
+            self.faults.clear()
+            return []
+        unknown = sorted(set(body) - {"kind", "path", "count", "day", "page"})
+        if unknown:
+            raise ApiError(40001, f"参数错误: unknown fault key {unknown[0]!r}")
+        path = body.get("path")
+        if path is not None and not isinstance(path, str):
+            raise ApiError(40001, "参数错误: path must be a string")
+        try:
+            self.faults.inject(path, str(body.get("kind")), body.get("count", 1), day=body.get("day"),
+                               page=body.get("page"))
+        except ValueError as exc:
+            raise ApiError(40001, f"参数错误: {exc}") from None
+        return [f.to_json() for f in self.faults.pending()]
 
     def _risk(self, body: dict) -> dict:
         if self.risk is None:

@@ -113,7 +113,9 @@ class SimulatorConfig:
     multiplies every count of the scale profile for some stores (e.g. ``{site: 10}``: one store ten times
     bigger than the others of its token). ``extra_fields`` (schema drift, e.g. ``{"*": {"newField": 1}}``)
     adds fields to every record of the list endpoints of the named task codes (``"*"``: all);
-    ``Simulator.add_field`` does the same while running.
+    ``Simulator.add_field`` does the same while running. ``faults`` are injected when the simulator is created,
+    each ``{"kind", "path"?, "count"?, "day"?, "page"?}`` as ``Simulator.inject`` takes them (e.g. a ``short_page`` that
+    repeats: ``{"kind": "short_page", "path": "/api/member/list", "count": 1000}``).
     """
 
     seed: int = 7
@@ -130,6 +132,7 @@ class SimulatorConfig:
     churn_between_pages: bool = False
     site_factors: Mapping[int, float] | None = None
     extra_fields: Mapping[str, Mapping[str, Any]] | None = None
+    faults: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -145,6 +148,14 @@ class SimulatorConfig:
             raise ValueError("token must not be empty")
         if self.anchor is not None and self.anchor.tzinfo is not None:
             raise ValueError("anchor is a naive Asia/Shanghai local time")
+        from feiqiu_etl.simulator.faults import FaultInjector
+
+        probe = FaultInjector()  # the same checks as Simulator.inject, before anything starts
+        for fault in self.faults:
+            if not isinstance(fault, Mapping) or "kind" not in fault:
+                raise ValueError(f"a fault is a mapping with a kind, not {fault!r}")
+            probe.inject(fault.get("path"), fault["kind"], fault.get("count", 1), day=fault.get("day"),
+                         page=fault.get("page"))
         for site, factor in (self.site_factors or {}).items():
             if not 0 < factor <= 100:
                 raise ValueError(f"site factor of {site} must be in (0, 100], not {factor!r}")

@@ -111,6 +111,9 @@ class Simulator:
         self.dataset = Dataset(self.config)
         self.risk = RiskController(self.config.risk, clock)
         self.faults = FaultInjector()
+        for fault in self.config.faults:  # faults set at start (SimulatorConfig.faults)
+            self.faults.inject(fault.get("path"), fault["kind"], fault.get("count", 1), day=fault.get("day"),
+                               page=fault.get("page"))
         self.log = RequestLog()
         self.service = Service(self.config, self.dataset, self.risk, self.faults, self.log)
         self._server: _Server | None = None
@@ -189,9 +192,15 @@ class Simulator:
         self.service.reinstate(token)
 
     def inject(self, path: str | None = None, kind: str = "http500", count: int = 1, retry_after: int = 1,
-               stall_seconds: float = 5.0) -> None:
-        """Give the next ``count`` requests to ``path`` (``None`` = any) the fault ``kind`` (see ``faults``)."""
-        self.faults.inject(path, kind, count, retry_after, stall_seconds)
+               stall_seconds: float = 5.0, day: str | None = None, page: int | None = None) -> None:
+        """Give the next ``count`` requests to ``path`` (``None`` = any) the fault ``kind`` (see ``faults``; the
+        data faults ``short_page``, ``total_zero``/``empty_page``, ``total_moves`` and ``zero_day`` with its
+        ``day`` strike list requests only, ``page`` only that page). Over HTTP: ``POST /__sim/faults``."""
+        self.faults.inject(path, kind, count, retry_after, stall_seconds, day, page)
+
+    def clear_faults(self) -> None:
+        """Drop every pending fault."""
+        self.faults.clear()
 
 
 def serve_forever(cfg: SimulatorConfig) -> None:

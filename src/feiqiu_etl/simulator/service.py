@@ -35,7 +35,7 @@ from feiqiu_etl.simulator.catalog import (
 )
 from feiqiu_etl.simulator.config import SimulatorConfig
 from feiqiu_etl.simulator.dataset import Dataset
-from feiqiu_etl.simulator.faults import BODY_KINDS, Fault, FaultInjector
+from feiqiu_etl.simulator.faults import BODY_KINDS, DATA_KINDS, EMPTY_KINDS, Fault, FaultInjector, ListingRequest
 from feiqiu_etl.simulator.params import (
     ApiError,
     parse_body,
@@ -118,7 +118,7 @@ class Service:
         self._extra: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (config.extra_fields or {}).items()}
         self._extra_lock = threading.Lock()
         self._revoked: dict[str, int] = {}  # token -> requests it may still send before it answers 40101
-        self.admin = Admin(config, dataset, log, risk)
+        self.admin = Admin(config, dataset, log, risk, faults)
 
     def add_field(self, name: str, value: Any, task_code: str = "*") -> None:
         """From now on every list record of ``task_code`` (``"*"``: every task) carries ``name: value``."""
@@ -197,7 +197,13 @@ class Service:
                   body_error: str | None, context: dict) -> Reply:
         complete = {"accepted": True, "on_complete": lambda: self.risk.complete(token)}
         try:
-            fault = self.faults.take_service(endpoint.path)
+            listing = None
+            if isinstance(endpoint, ListEndpoint):
+                start = body.get("startTime") if isinstance(body, dict) else None
+                page = body.get("page") if isinstance(body, dict) else None
+                listing = ListingRequest(endpoint.windowed, start if isinstance(start, str) else None,
+                                         page if isinstance(page, int) and not isinstance(page, bool) else None)
+            fault = self.faults.take_service(endpoint.path, listing)
             if fault is not None and fault.kind == "code42901":
                 self.risk.abandon(token)
                 return self._envelope(42901, MESSAGES[42901], {"retryAfter": fault.retry_after},
@@ -206,9 +212,10 @@ class Service:
                 self._sleep(self.config.processing_delay)
             if fault is not None and fault.kind == "stall":
                 self._sleep(fault.stall_seconds)
-            if fault is not None and fault.kind not in ("stall", *BODY_KINDS):
+            if fault is not None and fault.kind not in ("stall", *BODY_KINDS, *DATA_KINDS):
                 return self._fault_reply(fault, endpoint, context, complete)
-            reply = self._business(endpoint, body, body_error, context, complete)
+            data_fault = fault.kind if fault is not None and fault.kind in DATA_KINDS else None
+            reply = self._business(endpoint, body, body_error, context, complete, data_fault)
             if fault is not None and fault.kind == "truncated":
                 return replace(reply, body=reply.body[: max(1, len(reply.body) // 2)], fault=fault.kind,
                                outcome="fault", record_count=0)
@@ -228,32 +235,40 @@ class Service:
                               **context, **complete)
 
     def _business(self, endpoint, body: dict | None, body_error: str | None, context: dict,
-                  complete: dict) -> Reply:
+                  complete: dict, data_fault: str | None = None) -> Reply:
         escaped = endpoint.ensure_ascii
         try:
             if body is None:
                 raise ApiError(40001, f"参数错误: {body_error}")
             site_id = parse_site_id(body)
             if isinstance(endpoint, ListEndpoint):
-                data, count = self._list(endpoint, site_id, body)
+                data, count = self._list(endpoint, site_id, body, data_fault)
             else:
                 data, count = self._detail(endpoint, site_id, body)
         except ApiError as error:
             return self._envelope(error.code, error.msg, None, escaped, **context, **complete)
         return self._envelope(0, "ok", data, escaped, record_count=count, **context, **complete)
 
-    def _list(self, endpoint: ListEndpoint, site_id: int, body: dict) -> tuple[dict, int]:
-        """One page of a list endpoint in its §1.4 shape."""
+    def _list(self, endpoint: ListEndpoint, site_id: int, body: dict,
+              data_fault: str | None = None) -> tuple[dict, int]:
+        """One page of a list endpoint in its §1.4 shape; ``data_fault`` (``faults.DATA_KINDS``) bends it."""
         page, limit = parse_page(body), parse_limit(body)
         start, end = parse_window(body) if endpoint.windowed else (None, None)
         if self.config.churn_between_pages and page > 1:
             self.dataset.churn(endpoint.task_code, site_id)
         records = self.dataset.select(endpoint, site_id, start, end)
         chunk = records[(page - 1) * limit: page * limit]
+        total = len(records)
+        if data_fault == "short_page":
+            chunk = chunk[:-1]
+        elif data_fault in EMPTY_KINDS:
+            chunk, total = [], 0
+        elif data_fault == "total_moves":
+            total += 1
         extra = self._extra_fields(endpoint.task_code)
         if extra:  # schema drift: fields the records did not have before
             chunk = [{**record, **extra} for record in chunk]
-        return shape_list(endpoint, chunk, len(records), page, limit), len(chunk)
+        return shape_list(endpoint, chunk, total, page, limit), len(chunk)
 
     def _detail(self, endpoint: DetailEndpoint, site_id: int, body: dict) -> tuple[dict, int]:
         parent_id = parse_detail_id(body, endpoint)

@@ -27,6 +27,10 @@ Metrics (all prefixed ``feiqiu_etl_``; sums are over the finished runs the regis
 ``last_success_timestamp_seconds``   when the newest SUCCESS run ended (absent: none yet)
 ``alerts_total{result}``             alert deliveries (one per reason, subject and target): sent, failed,
                                      sending
+``listings_total{verdict}``          listings reconciled against their total (issue 25,
+                                     ``etl_meta.listing_reconcile``), by verdict (every verdict, 0 too); pruned
+                                     with the runs' logs (``run.retention_days``)
+``listing_refetches_total``          listings fetched again from page 1 in the same run
 ===================================  ========================================================================
 """
 
@@ -80,6 +84,8 @@ class MetricsSnapshot:
     freshness: tuple[dict, ...] = ()
     last_success: float | None = None
     alerts: dict[str, int] = field(default_factory=dict)
+    listings: dict[str, int] = field(default_factory=dict)
+    refetches: int = 0
 
 
 _TOTALS = ("SELECT coalesce(sum(rows_written), 0), coalesce(sum(requests), 0), coalesce(sum(rejections), 0), "
@@ -105,6 +111,8 @@ SELECT lane->>'name',
             FILTER (WHERE (lane->>'seconds')::float8 > 0))[1]
 FROM l GROUP BY 1 ORDER BY 1
 """
+_LISTINGS = ("SELECT verdict, count(*), coalesce(sum(listings - 1), 0) FROM etl_meta.listing_reconcile "
+             "GROUP BY 1")
 _ALERTS = ("SELECT CASE WHEN ok THEN 'sent' WHEN NOT ok THEN 'failed' ELSE 'sending' END, count(*) "
            "FROM etl_meta.alert GROUP BY 1")
 
@@ -125,11 +133,18 @@ def read_snapshot(conn: psycopg.Connection, *, connector: str, schedule: Schedul
                  for r in conn.execute(_LANES).fetchall()}
         alerts = {"sent": 0, "failed": 0, "sending": 0}
         alerts.update({k: n for k, n in conn.execute(_ALERTS).fetchall()})
+        from feiqiu_etl.tasks.ods.reconcile import VERDICTS
+
+        listings = dict.fromkeys(VERDICTS, 0)
+        refetches = 0
+        for verdict, n, again in conn.execute(_LISTINGS).fetchall():
+            listings[verdict] = n
+            refetches += int(again)
         conn.commit()
         fresh = freshness_report(conn, connector, schedule, stale_hours)["rows"]
     return MetricsSnapshot(runs_by_status=by_status, rows_written=int(rows), requests=int(requests),
                            rejections=int(rejections), errors=int(errors), lanes=lanes, freshness=tuple(fresh),
-                           last_success=last_success, alerts=alerts)
+                           last_success=last_success, alerts=alerts, listings=listings, refetches=refetches)
 
 
 @contextlib.contextmanager
@@ -195,6 +210,12 @@ def families(s: MetricsSnapshot) -> list[Metric]:
     for result, n in sorted(s.alerts.items()):
         alerts.add_metric([result], n)
     out.append(alerts)
+    listings = CounterMetricFamily(PREFIX + "listings", "Listings reconciled against their total, by verdict",
+                                   labels=["verdict"])
+    for verdict, n in sorted(s.listings.items()):
+        listings.add_metric([verdict], n)
+    out += [listings, CounterMetricFamily(PREFIX + "listing_refetches", "Listings fetched again from page 1 in the "
+                                                                         "same run", value=s.refetches)]
     return out
 
 

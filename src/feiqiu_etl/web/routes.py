@@ -93,8 +93,10 @@ def run_page(request: Request) -> Response:
     log_site = _int(request, "site", 0, 0, 2**53) or None
     log = [e for e in run.get("log") or [] if (log_task is None or e.get("task") == log_task)
            and (log_site is None or e.get("site_id") == log_site)]
+    from feiqiu_etl.report import reconcile_lines  # the same lines as `show RUN` (issue 25)
+
     return web.page(request, "run.html", nav="runs", run=run, summary=summary, stores=stores, by_store=by_store,
-                    log=log, log_task=log_task, log_site=log_site,
+                    log=log, log_task=log_task, log_site=log_site, reconcile=reconcile_lines(tasks),
                     svg=Markup(svg), counts=attempt_counts(attempts), attempts=len(attempts),
                     config_json=json.dumps(queries.jsonable(run.get("config")), indent=1, ensure_ascii=False),
                     args_json=json.dumps(queries.jsonable(run.get("args")), indent=1, ensure_ascii=False))

@@ -1,9 +1,12 @@
 """``process_fn`` for ODS tasks: locate the list in a response, validate and key every record, hash it,
 and decide the next page (upstream-api.md §1.3–§1.5). Runs on processing workers: pure CPU, no I/O.
 
-End of data is the first short page; ``page × limit >= total`` alone never stops paging. Guards: a page
-cap (``max_pages``) and a repeated-page check ("loop detected in pagination"). A bad record is a
-record-level processing failure; the rest of the page continues.
+End of data is the first short page; ``page × limit >= total`` alone never stops paging. With a
+:class:`~feiqiu_etl.tasks.ods.reconcile.Reconciler` paging follows ``total`` (issue 25): a short page ends a
+listing only when the distinct keys reach the total, a listing that ends short (or over) is fetched again from
+page 1 within the task's budget, and one still short is a processing error (its scope fails: no checkpoint,
+no soft delete). Guards: a page cap (``max_pages``) and a repeated-page check ("loop detected in pagination").
+A bad record is a record-level processing failure; the rest of the page continues.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import orjson
 from feiqiu_etl.pipeline.models import PipelineRequest, ProcessOutput, ResponseItem
 from feiqiu_etl.tasks.ods.drift import FieldTracker
 from feiqiu_etl.tasks.ods.hashing import canonical_row, hash_text
+from feiqiu_etl.tasks.ods.reconcile import BLOCKING, END, MORE, REFETCH, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import SHANGHAI, parse_local, to_aware
@@ -57,10 +61,13 @@ class SnapshotState:
     keys: set = field(default_factory=set)
     short_page_seen: bool = False
     problems: list[str] = field(default_factory=list)
+    attempt: int = 1
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def page(self, total: Any, keys: list[tuple], short: bool) -> None:
+    def page(self, total: Any, keys: list[tuple], short: bool, attempt: int = 1) -> None:
         with self._lock:
+            if attempt < self.attempt:
+                return  # a late page of a listing fetched again since: the new listing alone counts
             self.totals.add(total)
             self.keys.update(keys)
             self.short_page_seen = self.short_page_seen or short
@@ -68,6 +75,13 @@ class SnapshotState:
     def problem(self, text: str) -> None:
         with self._lock:
             self.problems.append(text)
+
+    def restart(self, attempt: int) -> None:
+        """The snapshot is fetched again from page 1 (issue 25): only listing ``attempt`` counts from now on
+        (problems already seen stay)."""
+        with self._lock:
+            self.attempt = attempt
+            self.totals, self.keys, self.short_page_seen = set(), set(), False
 
     def incomplete_reason(self) -> str | None:
         """None if complete, else why the soft delete must be skipped."""
@@ -119,6 +133,8 @@ class OdsProcessor:
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
     fields: FieldTracker | None = None  # schema drift: the field names of every page's records
     totals: PageTotals | None = None  # page 1's total of every listing (live estimate)
+    reconciler: Reconciler | None = None  # issue 25: paging follows total, refetch, verdicts
+    first_page: int = 1  # the page a refetch starts from
 
     def __call__(self, item: ResponseItem) -> ProcessOutput:
         if item.request.is_detail:
@@ -143,9 +159,10 @@ class OdsProcessor:
         # The next page goes to the lane before this page's rows are processed (the lane need not wait for
         # them), when the engine offers ``item.emit`` and the page has a digest (orjson takes it).
         digest = page_digest(records)
+        decision = self._reconcile(req, records, total, short, layout)
         nxt: PipelineRequest | str | None = None
         if digest is not None:
-            nxt = self._next_page(req, records, short, digest)
+            nxt = self._next_page(req, records, short, digest, decision)
             emit = getattr(item, "emit", None)
             if isinstance(nxt, PipelineRequest) and emit is not None:
                 emit(nxt)
@@ -170,10 +187,19 @@ class OdsProcessor:
             self.fields.page(layout.table, records)
         if out.errors and self.snapshot is not None:
             self.snapshot.problem("a record could not be processed")
+        attempt = req.context.get("attempt", 1)
         if self.snapshot is not None:
-            self.snapshot.page(total, keys, short)
+            self.snapshot.page(total, keys, short, attempt)
         if digest is None:
-            nxt = self._next_page(req, records, short, hash_text("\n".join(signature)))
+            nxt = self._next_page(req, records, short, hash_text("\n".join(signature)), decision)
+        if decision == REFETCH:  # after this page's snapshot bookkeeping: the new listing starts clean
+            if self.snapshot is not None:
+                self.snapshot.restart(attempt + 1)
+            out.follow_ups.append(self._refetch(req, attempt + 1))
+        elif decision == END and self.reconciler is not None:
+            verdict, reason = self.reconciler.verdict(req.scope)
+            if verdict in BLOCKING:
+                nxt = f"listing {verdict}: {reason}"
         if isinstance(nxt, str):
             out.errors.append({"error": nxt, "params": dict(req.params)})
             if self.snapshot is not None:
@@ -182,10 +208,35 @@ class OdsProcessor:
             out.follow_ups.append(nxt)
         return out
 
-    def _next_page(self, req: PipelineRequest, records: list, short: bool, digest: str) -> PipelineRequest | str | None:
-        """The next page's request, None at the end of data (first short page), or an error text for a
-        page that repeats an earlier page of the same listing or exceeds the page cap (singer-sdk style)."""
-        if short or not records:
+    def _reconcile(self, req: PipelineRequest, records: list, total: Any, short: bool,
+                   layout: TableLayout) -> str | None:
+        """The reconciler's decision for this page (None without one): MORE, END or REFETCH."""
+        if self.reconciler is None or not isinstance(req.scope, tuple):
+            return None
+        keys = []
+        for record in records:  # the keys only (cheap): the decision goes out before the rows are built
+            if isinstance(record, dict):
+                try:
+                    keys.append(tuple([k.convert(record.get(k.field)) for k in layout.keys]))
+                except (ValueError, TypeError):
+                    continue  # a bad record: its error comes with the rows
+        page = int(req.params.get(self.page_param, 1))
+        return self.reconciler.page(req.scope, req.context.get("attempt", 1), page, total, keys, len(records),
+                                    short)
+
+    def _refetch(self, req: PipelineRequest, attempt: int) -> PipelineRequest:
+        """Page 1 of ``req``'s listing again, as listing number ``attempt`` (a fresh repeated-page memory)."""
+        params = dict(req.params)
+        params[self.page_param] = self.first_page
+        context = {k: v for k, v in req.context.items() if k != "seen_pages"}
+        return replace(req, params=params, context={**context, "attempt": attempt, "seen_pages": {}})
+
+    def _next_page(self, req: PipelineRequest, records: list, short: bool, digest: str,
+                   decision: str | None = None) -> PipelineRequest | str | None:
+        """The next page's request, None at the end of data (first short page; with a reconciler: its
+        decision), or an error text for a page that repeats an earlier page of the same listing or exceeds the
+        page cap (singer-sdk style)."""
+        if decision in (END, REFETCH) or (decision is None and (short or not records)):
             return None
         page = int(req.params.get(self.page_param, 1))
         seen: dict[str, int] = req.context.get("seen_pages") or {}

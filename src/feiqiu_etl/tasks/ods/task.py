@@ -32,7 +32,9 @@ from feiqiu_etl.pipeline.request_scheduler import RequestScheduler
 from feiqiu_etl.pipeline.unified_pipeline import Transport, UnifiedPipeline
 from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
+from feiqiu_etl.tasks.ods import reconcile
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotState
+from feiqiu_etl.tasks.ods.reconcile import IntegrityRules, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
 
@@ -105,6 +107,7 @@ class TaskRun:
     recheck: dict | None = None
     schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
     deferred_details: int = 0  # a snapshot's recent part: details recorded as owed for the owed part
+    reconcile: dict | None = None  # tasks/ods/reconcile.py: verdict counts, refetches, listings not ok (issue 25)
 
     @property
     def status(self) -> str:
@@ -116,7 +119,8 @@ class TaskRun:
             "detail_table": self.detail_table, "windows": [list(w) for w in self.windows],
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
-            "schema_drift": self.schema_drift, "deferred_details": self.deferred_details, **self.result.to_dict(),
+            "schema_drift": self.schema_drift, "deferred_details": self.deferred_details,
+            "reconcile": self.reconcile, **self.result.to_dict(),
         }
 
     @classmethod
@@ -133,7 +137,8 @@ class TaskContext:
     """What every ODS task of one run shares: the database (``dsn``; ``connect`` opens a connection, default
     :func:`feiqiu_etl.db.connection.connect`; with ``health`` every database step survives a lost connection),
     the run id written to every row, the run's cancellation, the connector's request conventions, how many
-    failed attempts give an owed detail up, and whether a cancel may abort the request in flight."""
+    failed attempts give an owed detail up, whether a cancel may abort the request in flight, and the
+    ``integrity`` rules every listing is reconciled by (issue 25, tasks/ods/reconcile.py)."""
 
     dsn: str
     run_id: str
@@ -143,6 +148,7 @@ class TaskContext:
     abortable: bool = False
     connect: Callable[[str], psycopg.Connection] | None = None
     health: DatabaseHealth | None = None
+    integrity: IntegrityRules = IntegrityRules()
 
 
 @dataclass(frozen=True)
@@ -219,9 +225,13 @@ class BaseOdsTask:
             writer.owe((site_id, r.context["parent_key"]) for r in pending)
             fields = FieldTracker()
             totals = PageTotals()
+            expected = slot.run(lambda c: self._expectations(c, site_id))
+            reconciler = Reconciler(ctx.integrity, spec.page_size, expected)
+            listings: list = []
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
-                                     snapshot=snapshot, fields=fields, totals=totals)
+                                     snapshot=snapshot, fields=fields, totals=totals, reconciler=reconciler,
+                                     first_page=self.conv.first_page)
             pipeline = UnifiedPipeline(self.lane.transport, self.task.config, scheduler=self.lane.scheduler,
                                        cancellation=ctx.cancellation, logger=self.logger, tenant=self.lane.tenant,
                                        abortable=ctx.abortable)
@@ -241,7 +251,8 @@ class BaseOdsTask:
                     raise
 
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
-                return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note))
+                return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note,
+                                                        reconciler, listings))
 
             seeds = list(self._seeds(site_id, pending))
             recheck = _Recheck(spec, rechecks, writer, site_id, self.task.recheck_budget)
@@ -265,7 +276,8 @@ class BaseOdsTask:
                        owed_details=len(pending), details_given_up=list(writer.given_up),
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used,
                                 "credit": self.task.recheck_credit} if spec.detail else None,
-                       schema_drift=drift, deferred_details=writer.deferred)
+                       schema_drift=drift, deferred_details=writer.deferred,
+                       reconcile=reconcile.summary(listings, reconciler.refetches, ctx.integrity.refetch_listings))
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
@@ -281,6 +293,17 @@ class BaseOdsTask:
                                 parents_written=writer.parents_seen, new_details=writer.details_queued,
                                 owed=owed, rechecks=recheck.budget)
         return live_estimate(self.task.estimate, progress, has_detail=self.spec.detail is not None)
+
+    def _expectations(self, conn: psycopg.Connection, site_id: int) -> dict:
+        """Rows expected per window segment (trailing median, tasks/ods/reconcile.py), for the unexpected-zero
+        verdict; empty for a snapshot or with ``integrity.zero_floor`` 0. One query, no request."""
+        spec = self.spec
+        if spec.kind != "windowed" or not spec.window_column or self.ctx.integrity.zero_floor <= 0 \
+                or not self.task.windows:
+            return {}
+        scopes = [("segment", spec.code, site_id, w.start, w.end) for w in self.task.windows]
+        return reconcile.trailing_expectations(conn, spec.table, spec.window_column, site_id, scopes,
+                                               self.ctx.integrity.zero_weeks)
 
     def _drift(self, slot, fields: FieldTracker) -> list[dict]:
         """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
@@ -377,18 +400,47 @@ class BaseOdsTask:
 
     # ----------------------------------------------------------------- scope completions (writer thread)
     def _scope_done(self, writer: OdsWriter, site_id: int, scope: Any, ok: bool,
-                    snapshot: SnapshotState | None, run_started: datetime, note: dict) -> WriteResult | None:
-        if not isinstance(scope, tuple):
+                    snapshot: SnapshotState | None, run_started: datetime, note: dict,
+                    reconciler: Reconciler | None = None, listings: list | None = None) -> WriteResult | None:
+        if not isinstance(scope, tuple) or scope[0] not in ("segment", "snapshot"):
             return None
-        if scope[0] == "segment" and ok:
-            # Only the part before the task started is complete: later records may still come (a window
-            # that reaches into the future must not hide them from the next incremental run).
-            end = min(scope[4], from_aware(run_started).replace(microsecond=0))
-            if scope[3] < end:
-                writer.checkpoint_window(site_id, to_aware(scope[3]), to_aware(end))
-            return None
-        if scope[0] != "snapshot" or snapshot is None:
-            return None
+        deleted = None
+        try:
+            if scope[0] == "segment":
+                if ok:
+                    # Only the part before the task started is complete: later records may still come (a
+                    # window that reaches into the future must not hide them from the next incremental run).
+                    end = min(scope[4], from_aware(run_started).replace(microsecond=0))
+                    if scope[3] < end:
+                        writer.checkpoint_window(site_id, to_aware(scope[3]), to_aware(end))
+                return None
+            if snapshot is None:
+                return None
+            deleted = self._snapshot_done(writer, site_id, ok, snapshot, run_started, note)
+            return WriteResult(deleted=deleted) if deleted is not None else None
+        finally:
+            if reconciler is not None:
+                self._record_listing(writer, site_id, scope, reconciler, deleted or 0, listings)
+
+    def _record_listing(self, writer: OdsWriter, site_id: int, scope: tuple, reconciler: Reconciler,
+                        deleted: int, listings: list | None) -> None:
+        """The listing's row of ``etl_meta.listing_reconcile`` (issue 25), with its ODS outcome."""
+        outcome = reconciler.outcome(scope)
+        outcome.ods_inserted, outcome.ods_updated, outcome.ods_unchanged = writer.scope_counts.pop(scope, (0, 0, 0))
+        outcome.ods_soft_deleted = deleted
+        with writer.conn.transaction():
+            reconcile.record(writer.conn, run_id=self.ctx.run_id, connector=self.conv.connector,
+                             task_code=self.spec.code, site_id=site_id, outcome=outcome)
+        if listings is not None:
+            listings.append(outcome)
+        if outcome.verdict in reconcile.ALERTED:
+            self.logger.warning("listing %s: %s (%s)", outcome.verdict, outcome.reason,
+                                "snapshot" if scope[0] == "snapshot" else f"{fmt(scope[3])} - {fmt(scope[4])}")
+        elif outcome.verdict == reconcile.REFETCHED:
+            self.logger.info("listing fetched again and now exact: %s", outcome.reason)
+
+    def _snapshot_done(self, writer: OdsWriter, site_id: int, ok: bool, snapshot: SnapshotState,
+                       run_started: datetime, note: dict) -> int | None:
         if self.ctx.cancellation.is_cancelled:
             reason = "the lane reached its deadline" if self.ctx.cancellation.reason == "deadline" \
                 else "the run was cancelled"
@@ -400,7 +452,7 @@ class BaseOdsTask:
             return None
         deleted = writer.mark_missing_as_deleted(site_id, snapshot.keys, run_started, complete_at=run_started)
         note["snapshot"] = f"complete; {deleted} row(s) soft-deleted"
-        return WriteResult(deleted=deleted)
+        return deleted
 
 
 

@@ -125,6 +125,8 @@ class OdsWriter:
     """Detail requests created for new or changed parents so far."""
     deferred: int = 0
     """With ``defer_details``: parents whose detail was only recorded as owed (for a later part of the run)."""
+    scope_counts: dict = field(default_factory=dict)
+    """scope -> [inserted, updated, unchanged] of the task's own table (a listing's ODS outcome, issue 25)."""
     _statements: dict = field(default_factory=dict, repr=False)
     _maybe_committed: bool = field(default=False, repr=False)   # the batch runs again after a lost connection
 
@@ -153,14 +155,16 @@ class OdsWriter:
     def save_state(self) -> tuple:
         """In-memory bookkeeping a batch may change, to restore when its transaction is lost and retried."""
         return (set(self.requested_details), set(self.in_flight), set(self.recorded), len(self.given_up),
-                self.deferred)
+                self.deferred, {k: list(v) for k, v in self.scope_counts.items()})
 
     def restore_state(self, saved: tuple) -> None:
         """Back to ``saved`` before the batch runs again after a lost connection. Its transaction may have been
         committed all the same (the connection was lost after the server committed, before the client heard it):
         then the rows come back unchanged and would ask for no detail, so the batch run again also asks for the
         details its parents still owe in ``etl_meta.detail_pending`` (:meth:`_queue_details`)."""
-        requested, in_flight, recorded, given_up, self.deferred = saved
+        requested, in_flight, recorded, given_up, self.deferred, counts = saved
+        self.scope_counts.clear()
+        self.scope_counts.update({k: list(v) for k, v in counts.items()})
         # the same set objects stay (a re-check source holds requested_details): update them in place
         for current, old in ((self.requested_details, requested), (self.in_flight, in_flight),
                              (self.recorded, recorded)):
@@ -172,20 +176,24 @@ class OdsWriter:
     def write(self, rows: list) -> WriteResult:
         """Write one batch in one transaction. Raises on database errors (the batch rolls back)."""
         result = WriteResult()
-        tables: dict[str, list[OdsRow]] = {}
+        tables: dict[tuple, list[OdsRow]] = {}
         markers: list[DetailDone] = []
         failures: list[DetailFailed] = []
+        own = self.spec.table
         for row in rows:
             if isinstance(row, DetailDone):
                 markers.append(row)
             elif isinstance(row, DetailFailed):
                 failures.append(row)
             else:
-                tables.setdefault(row.table, []).append(row)
+                tables.setdefault((row.table, None), []).append(row)
+        if (own, None) in tables:
+            tables.update(self._by_listing(tables.pop((own, None)), result))
         given_up: list[str] = []
         with self.conn.pipeline() as pipeline:
             with self.conn.transaction():
-                pending = [self._upsert(self.layouts[table], table_rows, result) for table, table_rows in tables.items()]
+                pending = [self._upsert(self.layouts[table], table_rows, result, scope if table == own else None)
+                           for (table, scope), table_rows in tables.items()]
                 for finish in pending:
                     finish()
                 for marker in markers:
@@ -198,8 +206,26 @@ class OdsWriter:
         return result
 
     # ------------------------------------------------------------------ upsert
-    def _upsert(self, layout: TableLayout, rows: list[OdsRow], result: WriteResult):
-        """Queue the upsert of ``rows``; return the step that reads its outcome (run inside the transaction)."""
+    def _by_listing(self, rows: list[OdsRow], result: WriteResult) -> dict[tuple, list[OdsRow]]:
+        """The task's own rows per listing (scope), so each listing's ODS outcome is known (issue 25): one
+        statement per listing, all in the batch's one round trip. Keys are de-duplicated over the whole batch
+        first (the last occurrence wins, as before); a superseded row counts as unchanged for its listing."""
+        latest: dict[tuple, OdsRow] = {}
+        for row in rows:
+            key = (row.site_id, row.keys)
+            old = latest.pop(key, None)
+            if old is not None:
+                result.skipped += 1
+                self.scope_counts.setdefault(old.scope, [0, 0, 0])[2] += 1
+            latest[key] = row
+        groups: dict[tuple, list[OdsRow]] = {}
+        for row in latest.values():
+            groups.setdefault((row.table, row.scope), []).append(row)
+        return groups
+
+    def _upsert(self, layout: TableLayout, rows: list[OdsRow], result: WriteResult, scope: Any = None):
+        """Queue the upsert of ``rows``; return the step that reads its outcome (run inside the transaction);
+        with ``scope`` the outcome also counts for that listing (``scope_counts``)."""
         latest: dict[tuple, OdsRow] = {}
         for row in rows:
             latest[(row.site_id, row.keys)] = row
@@ -214,21 +240,27 @@ class OdsWriter:
         cur.adapters.register_dumper(bytes, _TextBytes)  # this cursor only: the payload array is UTF-8 text
         cur.execute(statement, params)
 
+        def tally(inserted: int, updated: int, unchanged: int) -> None:
+            result.inserted += inserted
+            result.updated += updated
+            result.skipped += unchanged
+            if scope is not None:
+                counts = self.scope_counts.setdefault(scope, [0, 0, 0])
+                counts[0] += inserted
+                counts[1] += updated
+                counts[2] += unchanged + len(rows) - len(latest)  # (none superseded here: _by_listing did it)
+
         def finish() -> None:
             if not parents:
                 inserted, changed = cur.fetchone()
                 cur.close()
-                result.inserted += inserted
-                result.updated += changed - inserted
-                result.skipped += len(latest) - changed
+                tally(inserted, changed - inserted, len(latest) - changed)
                 return
             changed = cur.fetchall()
             cur.close()
             self.parents_seen += len(latest)
             inserted = sum(1 for r in changed if r[0])
-            result.inserted += inserted
-            result.updated += len(changed) - inserted
-            result.skipped += len(latest) - len(changed)
+            tally(inserted, len(changed) - inserted, len(latest) - len(changed))
             wanted = {(r[2], tuple(r[3:])) for r in changed if not r[1]}
             self._queue_details(latest.values(), wanted, result)
 

@@ -1,0 +1,304 @@
+"""Reconciliation of every listing against its ``total`` (issue 25 parts 1, 2, 3 and 5).
+
+A *listing* is one window segment or one snapshot of one task and store, paged from page 1. The upstream is
+trusted with no single answer: every listing is compared with the ``total`` its pages reported.
+
+Paging follows ``total`` (:meth:`Reconciler.page`): a page shorter than the limit ends a listing only when the
+distinct keys seen reach the (largest) ``total`` — or when the next page would start past it (``page × limit
+>= total``: nothing more to ask for). Where ``total`` is null or missing, the short page ends it as before. An
+empty page always ends it. The page cap and the repeated-page check stay where they were
+(:class:`~feiqiu_etl.tasks.ods.processing.OdsProcessor`).
+
+When a listing ends, it gets a verdict:
+
+=================== =====================================================================================
+``ok``              distinct keys = total, pages within what the total implies (``total // limit + 1``)
+``refetched``       the first listing was not ``ok``; the listing was fetched again from page 1 in the same
+                    run and that one is ``ok``
+``short``           fewer distinct keys than the total, also after the refetch (or with no budget left):
+                    a processing error of the run (it ends PARTIAL), the window is not checkpointed (a hole
+                    ``state show`` names, fetched again by the next run), a snapshot deletes nothing
+``over``            more distinct keys than the total, or more pages than it implies: alerted, not blocked
+``unexpected_zero`` a window that covers whole days answered 0 rows while the trailing median of those days
+                    (same store, task and weekday, ``zero_weeks`` weeks back) is at least
+                    ``integrity.zero_floor``: fetched once more, alerted, not blocked (stores close on
+                    holidays)
+``incomplete``      the listing never ended (a request failed, the run stopped): the run's errors say why
+=================== =====================================================================================
+
+The refetch is budgeted: at most ``integrity.refetch_listings`` extra listings per task and run (connector
+YAML ``integrity:``, overridable in the settings). A listing that is ``ok`` the first time costs nothing more.
+Thread-safe: pages are reported from processing workers, outcomes read on the writer thread.
+
+What it must never do: ask for a request itself (it only decides), or call a snapshot "trustworthy" merely
+because its keys match a total of 0 (:func:`snapshot_trust`, for the deletion guard).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Hashable, Iterable
+
+import psycopg
+from psycopg import sql
+
+OK, REFETCHED, SHORT, OVER, UNEXPECTED_ZERO, INCOMPLETE = (
+    "ok", "refetched", "short", "over", "unexpected_zero", "incomplete")
+VERDICTS = (OK, REFETCHED, SHORT, OVER, UNEXPECTED_ZERO, INCOMPLETE)
+ALERTED = frozenset({SHORT, OVER, UNEXPECTED_ZERO})
+"""Verdicts an alert rule raises (``alerts.rules``)."""
+BLOCKING = frozenset({SHORT})
+"""Verdicts that fail the listing: the run ends PARTIAL and the window stays a hole."""
+
+MORE, END, REFETCH = "more", "end", "refetch"
+
+
+@dataclass(frozen=True)
+class IntegrityRules:
+    """``integrity.*`` of the connector YAML (and settings): refetch budget per task and run, the zero floor
+    (rows a day must usually have for 0 rows to be unexpected) and how many weeks the trailing median reads."""
+
+    refetch_listings: int = 2
+    zero_floor: int = 20
+    zero_weeks: int = 4
+
+
+@dataclass
+class _Attempt:
+    totals: list = field(default_factory=list)  # distinct int totals, in the order the pages reported them
+    first_total: Any = None
+    pages: int = 0
+    rows: int = 0
+    keys: set = field(default_factory=set)
+
+    @property
+    def total(self) -> int | None:
+        return max(self.totals) if self.totals else None
+
+
+@dataclass
+class ListingOutcome:
+    """One listing's record (a row of ``etl_meta.listing_reconcile``): ``kind`` ``snapshot``/``window``, the
+    window (naive Shanghai, None for a snapshot), page 1's total and every other total reported, pages, rows
+    received and distinct keys (all listings of it together; ``listings`` 2 after a refetch), the rows expected
+    for the day(s) (trailing median, None if unknown), the ODS outcome and the verdict with its reason."""
+
+    kind: str
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    first_total: int | None = None
+    totals_moved: list = field(default_factory=list)
+    pages: int = 0
+    rows_received: int = 0
+    distinct_keys: int = 0
+    listings: int = 1
+    expected_rows: float | None = None
+    ods_inserted: int = 0
+    ods_updated: int = 0
+    ods_unchanged: int = 0
+    ods_soft_deleted: int = 0
+    verdict: str = INCOMPLETE
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "window": [_fmt(self.window_start), _fmt(self.window_end)]
+                if self.window_start else None, "first_total": self.first_total, "totals_moved": self.totals_moved,
+                "pages": self.pages, "rows": self.rows_received, "distinct_keys": self.distinct_keys,
+                "listings": self.listings, "expected_rows": self.expected_rows,
+                "ods": {"inserted": self.ods_inserted, "updated": self.ods_updated,
+                        "unchanged": self.ods_unchanged, "soft_deleted": self.ods_soft_deleted},
+                "verdict": self.verdict, "reason": self.reason}
+
+
+def _fmt(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else None
+
+
+def judge(attempt: _Attempt, limit: int | None, expected: float | None, floor: int) -> tuple[str, str | None]:
+    """The verdict of one listing as fetched (no refetch considered) and why: ``(verdict, reason)``."""
+    total, distinct = attempt.total, len(attempt.keys)
+    if attempt.rows == 0 and expected is not None and expected >= floor:
+        return UNEXPECTED_ZERO, f"0 rows where the trailing median is {expected:g} (floor {floor})"
+    if total is None:
+        return OK, None  # no total to reconcile with: the short page ended it (as before issue 25)
+    moved = f" (totals reported: {', '.join(map(str, attempt.totals))})" if len(attempt.totals) > 1 else ""
+    if distinct < total:
+        return SHORT, f"{distinct} distinct keys of total {total}{moved}"
+    implied = total // limit + 1 if limit else None
+    if distinct > total:
+        return OVER, f"{distinct} distinct keys but total is {total}{moved}"
+    if implied is not None and attempt.pages > implied:
+        return OVER, f"{attempt.pages} pages where total {total} implies at most {implied}"
+    return OK, None
+
+
+class Reconciler:
+    """The listings of one task and store in one run (module docstring). ``limit`` is the page size,
+    ``expected`` the trailing median of rows per window scope (see :func:`trailing_expectations`)."""
+
+    def __init__(self, rules: IntegrityRules, limit: int | None, expected: dict | None = None):
+        self.rules = rules
+        self.limit = limit
+        self.expected = dict(expected or {})
+        self.refetches = 0
+        self._attempts: dict[Hashable, list[_Attempt]] = {}
+        self._final: dict[Hashable, tuple[str, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def page(self, scope: Hashable, attempt: int, page: int, total: Any, keys: Iterable[tuple], rows: int,
+             short: bool) -> str:
+        """Record one page of ``scope``'s listing number ``attempt`` (1, then 2 after a refetch) and decide:
+        :data:`MORE` (ask the next page), :data:`END` (the listing is done; its verdict is final) or
+        :data:`REFETCH` (fetch the listing again from page 1, as listing ``attempt + 1``)."""
+        with self._lock:
+            attempts = self._attempts.setdefault(scope, [])
+            while len(attempts) < attempt:
+                attempts.append(_Attempt())
+            current = attempts[attempt - 1]
+            if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+                if current.pages == 0:
+                    current.first_total = total
+                if total not in current.totals:
+                    current.totals.append(total)
+            current.pages += 1
+            current.rows += rows
+            current.keys.update(keys)
+            if rows and not short:
+                return MORE
+            total_now = current.total
+            if rows and total_now is not None and len(current.keys) < total_now and self.limit \
+                    and page * self.limit < total_now:
+                return MORE  # short, but the total says records are still to come
+            verdict, reason = judge(current, self.limit, self.expected.get(scope), self.rules.zero_floor)
+            if verdict != OK and attempt == 1 and self.refetches < self.rules.refetch_listings:
+                self.refetches += 1
+                return REFETCH
+            if verdict == OK and attempt > 1:
+                verdict, reason = REFETCHED, f"listing 1: {judge(attempts[0], self.limit, self.expected.get(scope), self.rules.zero_floor)[1]}"
+            elif verdict != OK and attempt == 1 and self.refetches >= self.rules.refetch_listings:
+                reason = f"{reason}; no refetch left ({self.rules.refetch_listings} per task and run)"
+            elif verdict != OK:
+                reason = f"{reason}, also after a refetch"
+            self._final[scope] = (verdict, reason)
+            return END
+
+    def verdict(self, scope: Hashable) -> tuple[str, str | None]:
+        """``(verdict, reason)`` of a listing; :data:`INCOMPLETE` if it never ended."""
+        with self._lock:
+            return self._final.get(scope, (INCOMPLETE, "the listing did not end (see the run's errors)"))
+
+    def outcome(self, scope: Hashable) -> ListingOutcome:
+        """The record of ``scope`` as far as the pages go (the ODS counts are the caller's)."""
+        kind = "snapshot" if scope[0] == "snapshot" else "window"
+        start, end = (scope[3], scope[4]) if kind == "window" else (None, None)
+        verdict, reason = self.verdict(scope)
+        with self._lock:
+            attempts = list(self._attempts.get(scope, []))
+        first = attempts[0].first_total if attempts else None
+        moved = sorted({t for a in attempts for t in a.totals} - ({first} if first is not None else set()))
+        keys: set = set().union(*(a.keys for a in attempts)) if attempts else set()
+        return ListingOutcome(kind, start, end, first, moved, sum(a.pages for a in attempts),
+                              sum(a.rows for a in attempts), len(keys), max(1, len(attempts)),
+                              self.expected.get(scope), verdict=verdict, reason=reason)
+
+
+def snapshot_trust(outcome: ListingOutcome, live_rows: int | None = None) -> str | None:
+    """Why a snapshot listing must not drive a soft delete, or None when it may: hook of the deletion guard
+    (issue 25 part 4). Not trustworthy: a verdict other than ``ok``/``refetched``; a snapshot that answered
+    total 0 with no rows while the store holds live rows (``live_rows``; unknown counts as holding some) — the
+    glitch that once soft-deleted every member: 0 keys "match" ``total: 0``, so reconciliation alone says ok."""
+    if outcome.verdict not in (OK, REFETCHED):
+        return f"snapshot verdict {outcome.verdict}: {outcome.reason}"
+    if outcome.distinct_keys == 0 and (live_rows is None or live_rows > 0):
+        held = "live rows" if live_rows is None else f"{live_rows} live row(s)"
+        return f"the snapshot answered total {outcome.first_total} and no rows while the store holds {held}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------- trailing medians
+def full_days(start: datetime, end: datetime) -> list[datetime]:
+    """Midnights of the days that ``[start, end)`` covers whole (naive times)."""
+    day = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    if day < start:
+        day += timedelta(days=1)
+    days = []
+    while day + timedelta(days=1) <= end:
+        days.append(day)
+        day += timedelta(days=1)
+    return days
+
+
+def expected_rows(days: list[datetime], counts: dict, first_day: datetime | None, weeks: int) -> float | None:
+    """The largest trailing median among ``days``: per day the median of the rows of the same weekday
+    ``1..weeks`` weeks before (``counts``: midnight -> rows; days before ``first_day``, the store's first row,
+    are not counted as zeros). None without two samples for any day."""
+    best = None
+    for day in days:
+        samples = [counts.get(day - timedelta(weeks=k), 0) for k in range(1, weeks + 1)
+                   if first_day is not None and day - timedelta(weeks=k) >= first_day]
+        if len(samples) >= 2:
+            median = float(statistics.median(samples))
+            best = median if best is None else max(best, median)
+    return best
+
+
+def trailing_expectations(conn: psycopg.Connection, table: str, column: str, site_id: int,
+                          scopes: list[tuple], weeks: int) -> dict:
+    """Per window scope (``("segment", code, site, start, end)``, naive Shanghai) the rows expected by
+    :func:`expected_rows`, from the ODS table's own rows (one query; no request). Scopes covering no whole day
+    are left out."""
+    wanted = {scope: full_days(scope[3], scope[4]) for scope in scopes}
+    days = [d for ds in wanted.values() for d in ds]
+    if not days:
+        return {}
+    schema, name = table.split(".", 1)
+    low, high = min(days) - timedelta(weeks=weeks), max(days)
+    rows = conn.execute(sql.SQL(
+        "SELECT (t.{c} AT TIME ZONE 'Asia/Shanghai')::date, count(*) FROM {t} t WHERE t.site_id = %s "
+        "AND t.{c} >= (%s::timestamp AT TIME ZONE 'Asia/Shanghai') AND t.{c} < (%s::timestamp AT TIME ZONE "
+        "'Asia/Shanghai') GROUP BY 1").format(t=sql.Identifier(schema, name), c=sql.Identifier(column)),
+        (site_id, low, high)).fetchall()
+    first = conn.execute(sql.SQL("SELECT (min(t.{c}) AT TIME ZONE 'Asia/Shanghai')::date FROM {t} t "
+                                 "WHERE t.site_id = %s").format(t=sql.Identifier(schema, name),
+                                                                c=sql.Identifier(column)), (site_id,)).fetchone()[0]
+    conn.commit()
+    counts = {datetime(d.year, d.month, d.day): n for d, n in rows}
+    first_day = datetime(first.year, first.month, first.day) if first is not None else None
+    out = {}
+    for scope, ds in wanted.items():
+        value = expected_rows(ds, counts, first_day, weeks)
+        if value is not None:
+            out[scope] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------------- the record
+def record(conn: psycopg.Connection, *, run_id: str, connector: str, task_code: str, site_id: int,
+           outcome: ListingOutcome) -> None:
+    """Insert one row into ``etl_meta.listing_reconcile`` (warehouse-model.md §4; the caller commits)."""
+    from feiqiu_etl.connector.windows import to_aware
+
+    conn.execute(
+        "INSERT INTO etl_meta.listing_reconcile (run_id, connector, site_id, task_code, kind, window_start, "
+        "window_end, first_total, totals_moved, pages, rows_received, distinct_keys, listings, expected_rows, "
+        "ods_inserted, ods_updated, ods_unchanged, ods_soft_deleted, verdict, reason) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, connector, site_id, task_code, outcome.kind,
+         to_aware(outcome.window_start) if outcome.window_start else None,
+         to_aware(outcome.window_end) if outcome.window_end else None, outcome.first_total,
+         outcome.totals_moved, outcome.pages, outcome.rows_received, outcome.distinct_keys, outcome.listings,
+         outcome.expected_rows, outcome.ods_inserted, outcome.ods_updated, outcome.ods_unchanged,
+         outcome.ods_soft_deleted, outcome.verdict, outcome.reason))
+
+
+def summary(outcomes: list[ListingOutcome], refetches: int, budget: int) -> dict:
+    """What a task's result carries (``TaskRun.reconcile``): verdict counts, the refetches used of the budget
+    and every listing that was not ``ok`` the first time."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.verdict] = counts.get(o.verdict, 0) + 1
+    return {"verdicts": counts, "refetches": refetches, "budget": budget,
+            "listings": [o.to_dict() for o in outcomes if o.verdict != OK]}

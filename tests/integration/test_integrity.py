@@ -1,0 +1,242 @@
+"""Issue 25 "Done when: short pages" against the real simulator and PostgreSQL (tasks/ods/reconcile.py): paging
+follows ``total``; one page of a snapshot and of two windowed lists each missing one record are fetched again in
+the same run, exact, verdict ``refetched``, at most one extra listing each; a short page that repeats ends the
+run PARTIAL with the window a hole (``state show`` names it) that the next clean run fills; a day that answers
+zero against its trailing median is fetched once more and alerted, not blocked."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from feiqiu_etl.registry.state import read_state
+from feiqiu_etl.report import reconcile_lines
+from feiqiu_etl.simulator import Simulator
+from flowkit import ANCHOR, CONNECTOR, expected_rows, options, run_flow, run_opts, sim_config, store_exact
+
+SNAPSHOT, SALES, TABLE_USE = "ODS_GOODS", "ODS_GOODS_SALE", "ODS_TABLE_USE"
+TASKS = [SNAPSHOT, SALES, TABLE_USE]
+PATHS = {code: CONNECTOR.task(code).endpoint for code in TASKS}
+SITE = 8640015201004417
+# ten times the small store: 300 goods (2 pages of 200), 480 sales and 378 table uses in 2 days (3 and 2 pages)
+CLEAN_PAGES = {SNAPSHOT: 2, SALES: 3, TABLE_USE: 2}
+
+
+def list_requests(sim: Simulator, code: str) -> int:
+    return sum(1 for e in sim.request_log() if e.path == PATHS[code])
+
+
+def verdicts(dsn: str, run_id: str) -> dict:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT task_code, verdict, listings, pages, distinct_keys, first_total, ods_inserted "
+                            "FROM etl_meta.listing_reconcile WHERE run_id = %s ORDER BY task_code",
+                            (run_id,)).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+@pytest.fixture
+def sim():
+    with Simulator(sim_config(seed=5, days=2, site_factors={SITE: 10})) as s:
+        yield s
+
+
+def test_one_short_page_each_is_fetched_again_in_the_same_run_and_exact(sim, pg_dsn):
+    for code in TASKS:
+        sim.inject(PATHS[code], "short_page", count=1)  # page 1 of each listing misses one record
+    result = run_flow(sim, pg_dsn, tasks=TASKS)
+    assert result.status == "SUCCESS", result.to_dict()
+    store_exact(pg_dsn, sim, SITE, TASKS)
+    got = verdicts(pg_dsn, result.run_id)
+    totals = {code: len(expected_rows(sim, CONNECTOR.task(code), SITE)) for code in TASKS}
+    assert totals == {SNAPSHOT: 300, SALES: 480, TABLE_USE: 378}
+    for code in TASKS:
+        # one listing again, from page 1: the clean pages twice at most (the short first listing asked no more)
+        assert list_requests(sim, code) == 2 * CLEAN_PAGES[code], code
+        assert got[code] == ("refetched", 2, 2 * CLEAN_PAGES[code], totals[code], totals[code], totals[code])
+    # the run's summary says so too (show RUN's reconcile section)
+    lines = [text for text, _ in reconcile_lines([t.to_dict() for t in result.tasks])]
+    assert lines[0].startswith("reconcile: 3 listing(s): 3 refetched; 3 refetched of a budget of 6")
+    assert any("ODS_GOODS " in line and "snapshot: refetched" in line for line in lines)
+    goods = next(t for t in result.tasks if t.task_code == SNAPSHOT)
+    assert goods.snapshot_note == "complete; 0 row(s) soft-deleted"
+
+    sim.clear_log()  # a clean upstream: no request beyond the pages
+    again = run_flow(sim, pg_dsn, tasks=TASKS)
+    assert again.status == "SUCCESS"
+    assert {code: list_requests(sim, code) for code in TASKS} == CLEAN_PAGES
+    assert {code: v[0] for code, v in verdicts(pg_dsn, again.run_id).items()} == dict.fromkeys(TASKS, "ok")
+
+
+def test_a_short_page_that_repeats_ends_partial_stays_a_hole_and_the_next_run_fills_it(sim, pg_dsn):
+    sim.inject(PATHS[TABLE_USE], "short_page", count=1000)  # every page of every listing, until cleared
+    incremental = dict(window=False, now=ANCHOR, overrides={"window.initial_days": 2})
+    first = run_opts(options(sim, tasks=[TABLE_USE, SALES], **incremental), pg_dsn)
+    assert first.status == "PARTIAL"
+    task = next(t for t in first.tasks if t.task_code == TABLE_USE)
+    assert task.status == "PARTIAL"
+    [error] = task.result.errors
+    assert error["error"] == "listing short: 376 distinct keys of total 378, also after a refetch"  # 1 per page
+    assert list_requests(sim, TABLE_USE) == 2 * CLEAN_PAGES[TABLE_USE]  # one refetch, never more
+    assert verdicts(pg_dsn, first.run_id)[TABLE_USE][:2] == ("short", 2)
+    assert next(t for t in first.tasks if t.task_code == SALES).status == "SUCCESS"
+    with psycopg.connect(pg_dsn) as conn:
+        state = {t["task"]: t for t in read_state(conn, "feiqiu", site_id=SITE)["tasks"]}
+    assert state[SALES]["holes"] == [] and state[SALES]["finished"]
+    assert state[TABLE_USE]["finished"] == []
+    [hole] = state[TABLE_USE]["holes"]
+    assert (hole["start"], hole["end"]) == (ANCHOR - timedelta(days=2), ANCHOR)
+    assert hole["reason"].startswith("short: 376 distinct keys of total 378") and first.run_id in hole["reason"]
+    from clikit import cli
+
+    shown = cli("state", "show", "--store", str(SITE), "--dsn", pg_dsn)
+    assert shown.returncode == 0, shown.stderr
+    assert "(short)" in shown.stdout and f"hole 2024-03-02 → 2024-03-04 of store {SITE} ODS_TABLE_USE: short" \
+        in " ".join(shown.stdout.split())
+    as_json = json.loads(cli("state", "show", "--store", str(SITE), "--dsn", pg_dsn, "--json").stdout)
+    assert [h["reason"][:6] for t in as_json["tasks"] if t["task"] == TABLE_USE for h in t["holes"]] == ["short:"]
+
+    sim.clear_faults()
+    sim.clear_log()
+    second = run_opts(options(sim, tasks=[TABLE_USE, SALES], **incremental), pg_dsn)
+    assert second.status == "SUCCESS", second.to_dict()
+    store_exact(pg_dsn, sim, SITE, [TABLE_USE, SALES])
+    assert list_requests(sim, TABLE_USE) == CLEAN_PAGES[TABLE_USE]
+    with psycopg.connect(pg_dsn) as conn:
+        state = {t["task"]: t for t in read_state(conn, "feiqiu", site_id=SITE)["tasks"]}
+    assert state[TABLE_USE]["holes"] == [] and state[TABLE_USE]["finished"]
+
+
+def test_a_listing_short_with_no_refetch_left_is_short_at_once(sim, pg_dsn):
+    sim.inject(PATHS[SALES], "short_page", count=1)
+    result = run_flow(sim, pg_dsn, tasks=[SALES], overrides={"integrity.refetch_listings": 0})
+    assert result.status == "PARTIAL"
+    assert verdicts(pg_dsn, result.run_id)[SALES][:2] == ("short", 1)
+    assert list_requests(sim, SALES) == CLEAN_PAGES[SALES]
+    assert "no refetch left (0 per task and run)" in result.tasks[0].result.errors[0]["error"]
+
+
+def test_a_total_that_moves_is_fetched_again_and_recorded(sim, pg_dsn):
+    sim.inject(PATHS[SNAPSHOT], "total_moves", count=1)  # page 1 says 301
+    result = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
+    assert result.status == "SUCCESS"
+    store_exact(pg_dsn, sim, SITE, [SNAPSHOT])
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT verdict, first_total, totals_moved, reason FROM etl_meta.listing_reconcile "
+                           "WHERE run_id = %s", (result.run_id,)).fetchone()
+    assert row[:3] == ("refetched", 301, [300])
+    assert "300 distinct keys of total 301" in row[3]
+
+
+def test_a_day_that_answers_zero_against_its_median_is_fetched_again_and_alerted_not_blocked(pg_dsn):
+    days = 22  # three weeks of history: every weekday has its trailing median
+    with Simulator(sim_config(seed=5, days=days)) as sim:
+        history = run_flow(sim, pg_dsn, tasks=[TABLE_USE], window_start=_day(ANCHOR - timedelta(days=days)),
+                           window_end=_day(ANCHOR - timedelta(days=1)))
+        assert history.status == "SUCCESS"
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=2, day=_day(ANCHOR - timedelta(days=1))[:10])
+        sim.clear_log()
+        day = dict(window_start=_day(ANCHOR - timedelta(days=1)), window_end=_day(ANCHOR))
+        zero = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **day)
+        assert zero.status == "SUCCESS"  # alerted, not blocked: stores close on holidays
+        assert list_requests(sim, TABLE_USE) == 2  # fetched once more
+        with psycopg.connect(pg_dsn) as conn:
+            verdict, expected, reason = conn.execute(
+                "SELECT verdict, expected_rows, reason FROM etl_meta.listing_reconcile WHERE run_id = %s",
+                (zero.run_id,)).fetchone()
+            assert verdict == "unexpected_zero" and expected >= 10 and "also after a refetch" in reason
+            checkpoint = conn.execute("SELECT count(*) FROM etl_meta.window_progress WHERE run_id = %s",
+                                      (zero.run_id,)).fetchone()[0]
+        assert checkpoint == 1
+        # a one-off zero: the refetch answers the day's rows, verdict refetched, exact
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=1)
+        once = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **day)
+        assert once.status == "SUCCESS"
+        assert verdicts(pg_dsn, once.run_id)[TABLE_USE][0] == "refetched"
+        # below the floor: 0 rows is believed (no refetch)
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=1)
+        sim.clear_log()
+        believed = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 1000}, **day)
+        assert list_requests(sim, TABLE_USE) == 1 and verdicts(pg_dsn, believed.run_id)[TABLE_USE][0] == "ok"
+
+
+def _day(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_a_short_listing_is_shown_exported_and_alerted_once(sim, pg_dsn):
+    """The whole product face of a listing that stays short: a real ``feiqiu-etl run`` process ends PARTIAL
+    (exit 3) and sends one alert naming the listing (RECONCILE), ``show RUN`` has its reconcile section, the run
+    page too, and ``/metrics`` counts the verdicts."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from starlette.testclient import TestClient
+
+    from alertkit import WebhookReceiver
+    from clikit import cli, env_for, run_args
+    from feiqiu_etl.registry.freshness import Schedule
+    from feiqiu_etl.web.app import WebSettings, create_app
+    from feiqiu_etl.web.metrics import families, read_snapshot
+
+    sim.inject(PATHS[TABLE_USE], "short_page", count=1000)
+    sim.inject(PATHS[SALES], "short_page", count=1)
+    with WebhookReceiver() as hook:
+        proc = cli(*run_args(sim, pg_dsn, "--tasks", f"{TABLE_USE},{SALES}")[3:],
+                   env=env_for(sim.config.token, FEIQIU_ALERT_URLS=hook.url))
+        assert proc.returncode == 3, proc.stderr[-800:]
+        run = json.loads(proc.stdout)
+        [message] = hook.messages()
+    assert run["status"] == "PARTIAL"
+    assert "RECONCILE" in message["title"] or "RECONCILE" in message["message"]
+    assert f"listings not exact against their total: {TABLE_USE} {SITE} 2024-03-02 00:00:00 - 2024-03-04 00:00:00 " \
+           "short (376 distinct keys of total 378, also after a refetch)" in message["message"]
+    assert SALES not in message["message"].split("listings not exact")[1].split("\n")[0]  # refetched: no alert
+    shown = cli("show", run["run_id"], "--dsn", pg_dsn)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "reconcile: 2 listing(s): 1 refetched, 1 short; 2 refetched of a budget of 4" in text
+    assert f"{TABLE_USE} {SITE} 2024-03-02 00:00:00 … 2024-03-04 00:00:00: short: 376 distinct keys of total 378" in text
+    assert f"{SALES} {SITE} 2024-03-02 00:00:00 … 2024-03-04 00:00:00: refetched: listing 1: 479 distinct keys" in text
+    with TestClient(create_app(WebSettings(dsn=pg_dsn, connector="feiqiu", task_codes=tuple(TASKS))),
+                    base_url="http://127.0.0.1:8080") as client:
+        page = client.get(f"/runs/{run['run_id']}")
+    assert page.status_code == 200
+    assert 'id="reconcile"' in page.text and 'data-verdict="short"' in page.text
+    assert "376 distinct keys of total 378" in page.text
+    with psycopg.connect(pg_dsn) as conn:
+        snapshot = read_snapshot(conn, connector="feiqiu", schedule=Schedule(), stale_hours=26)
+    assert snapshot.listings == {"ok": 0, "refetched": 1, "short": 1, "over": 0, "unexpected_zero": 0,
+                                 "incomplete": 0}
+    assert snapshot.refetches == 2
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    class Fixed:
+        def collect(self):
+            return families(snapshot)
+
+    registry = CollectorRegistry()
+    registry.register(Fixed())
+    parsed = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+    assert parsed[("feiqiu_etl_listings_total", (("verdict", "short"),))] == 1
+    assert parsed[("feiqiu_etl_listing_refetches_total", ())] == 2
+
+
+def test_a_snapshot_that_answers_total_0_reconciles_ok_and_the_trust_hook_refuses_it(sim, pg_dsn):
+    """The pitfall of issue 25 part 4, recorded as it stands for the deletion guard: 0 keys "match" total 0, so
+    the verdict is ok; :func:`snapshot_trust` refuses it (the guard's hook). The soft delete it did is counted."""
+    from feiqiu_etl.tasks.ods.reconcile import ListingOutcome, snapshot_trust
+
+    first = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
+    assert first.status == "SUCCESS"
+    sim.inject(PATHS[SNAPSHOT], "total_zero", count=1000)
+    empty = run_flow(sim, pg_dsn, tasks=[SNAPSHOT])
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT kind, first_total, pages, rows_received, distinct_keys, verdict, ods_soft_deleted "
+                           "FROM etl_meta.listing_reconcile WHERE run_id = %s", (empty.run_id,)).fetchone()
+    assert row[:6] == ("snapshot", 0, 1, 0, 0, "ok")
+    assert row[6] == next(t for t in empty.tasks).result.total_deleted == 300  # what the guard must hold back
+    outcome = ListingOutcome("snapshot", first_total=row[1], pages=row[2], rows_received=row[3],
+                             distinct_keys=row[4], verdict=row[5])
+    assert snapshot_trust(outcome, live_rows=300) is not None
