@@ -22,6 +22,18 @@ The runs use a copy of the connector whose documented minimum gaps (``api.gap_cl
 simulator's G, and ``lane.safety_margin_seconds`` scaled too, so that a ``--deadline`` narrows the gaps toward the
 floors that match the scaled upstream (3.3 s → 0.033 s at ``--factor 0.01``).
 
+What is scaled (issue 30): every gap the runs model is × ``--factor`` — the simulator's G, violation window and ban,
+the unit of its ``retryAfter`` (``retry_after_unit``: whole units of ``factor`` s instead of whole seconds, so one
+rejection costs the scaled lane what it costs a real one), the connector's documented minima, random gaps, retry
+backoff and ``lane.safety_margin_seconds`` (which is also the margin of a floor learnt from a 42901). Not scaled,
+and why: the time a request takes (milliseconds at both scales: nothing to model) and so its HTTP timeout
+(``api.timeout``: a bound on that time) — a run that meets a timeout is refused (its 60 s hold would be a scaled
+hour). The bench refuses a factor at which the scaled safety margin is below :data:`JITTER_FLOOR` (the machine's
+scheduling delay between a response and the simulator's mark of its completion, which nothing scales).
+
+It also reports the load average before and after each night, and the whole stores (every task SUCCESS, its last
+response by then) at 25/50/75/100 % of the night (``--night-hours``) and of the lane time.
+
 ``--deadline HOURS`` gives the runs a deadline of HOURS of real time, scaled. ``--seed-first-load`` makes night 1 a
 seed: the first load runs with the simulator's risk control off and no gaps (minutes instead of hours for many
 stores; its requests are still compared with the minimum, its time means nothing), and the deadline applies to
@@ -54,6 +66,7 @@ from feiqiu_etl.connector import load_connector
 from feiqiu_etl.connector.windows import fmt, parse_local
 from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.pipeline.config import PipelineConfig
+from feiqiu_etl.pipeline.request_scheduler import FLOOR_DECAY_REQUESTS
 from feiqiu_etl.simulator import SCALE_PROFILES, TASK_CODES
 from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, DETAIL_BY_PATH, LIST_BY_PATH, GapClass
 
@@ -69,6 +82,11 @@ RETRY_BACKOFF = 1.0
 """The connector's first retry backoff (docs/reference/settings.md: ``api.retry_backoff``), scaled like a gap."""
 SAFETY_MARGIN_SECONDS = 0.3
 """``lane.safety_margin_seconds`` (docs/guides/deadline.md), scaled like a gap."""
+JITTER_FLOOR = 0.002
+"""s: the scaled safety margin must be at least this (the scheduling delay on a busy machine between the client
+reading a response and the simulator marking it complete is not scaled: a margin below it measures the machine)."""
+CUTS = (0.25, 0.5, 0.75, 1.0)
+"""The shares of the night (and of the lane time) at which the whole stores are counted."""
 
 
 @dataclass
@@ -83,6 +101,7 @@ class Night:
     minimum: dict[int, dict]
     wall: float
     began: tuple[float, float] = (0.0, 0.0)  # (time.time(), time.monotonic()) when the command was started
+    load: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # os.getloadavg() before and after
     per_task: dict[int, dict[str, Counter]] = field(default_factory=dict)
 
 
@@ -122,7 +141,7 @@ def start_simulator(args, fleet: Path, env: dict, log: Path) -> tuple[subprocess
     """``feiqiu-etl simulate`` as a process (its stderr to ``log``); returns it, its base URL and its own token
     (which the ``/__sim/`` endpoints demand)."""
     f = args.factor
-    cmd = [*PY, "simulate", "--port", "0", "--scale", "medium", "--days", str(args.days), "--seed", str(args.seed),
+    cmd = [*PY, "simulate", "--port", "0", "--scale", args.scale, "--days", str(args.days), "--seed", str(args.seed),
            "--anchor", fmt(args.anchor), "--fleet", str(fleet),
            *(x for k, v in UPSTREAM.items() for x in (f"--{k.replace('_', '-')}", f"{v * f:g}"))]
     with log.open("w") as errors:
@@ -130,7 +149,7 @@ def start_simulator(args, fleet: Path, env: dict, log: Path) -> tuple[subprocess
     lines: list[str] = []  # "… listening on URL", "Bearer token: T" (or nothing: the process ended)
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout.readline() for _ in range(2)), daemon=True)
     reader.start()
-    reader.join(timeout=60)
+    reader.join(timeout=600)  # 35 stores take minutes to generate on a busy machine
     if len(lines) < 2 or "listening on" not in lines[0] or not lines[1].startswith("Bearer token:"):
         proc.kill()
         raise SystemExit(f"the simulator did not start: {log.read_text()[-2000:]}")
@@ -153,14 +172,23 @@ def admin(base: str, path: str, body: dict | None = None):
 
 
 def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now: datetime, start: datetime,
-              settings: dict, after_seq: int, extra: list[str] = ()) -> Night:
+              settings: dict, after_seq: int, extra: list[str] = (), inject_after: float | None = None) -> Night:
     cmd = [*PY, "run", "--fleet", str(fleet), "--api-base", base, "--dsn", dsn, "--now", fmt(now), "--unsafe-gaps",
            "--no-progress", "--json", "--connector", str(args.connector), *([] if args.dwd else ["--no-dwd"]),
            *(f"--set={k}={v}" for k, v in settings.items()), *args.run_arg, *extra]
+    load_before = os.getloadavg()
     began = time.monotonic()
     began_wall = time.time()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    stop = threading.Event()
+    if inject_after is not None:  # one 42901 mid-night (issue 30: it may cost at most three gaps)
+        threading.Thread(target=lambda: stop.wait(inject_after) or admin(base, "/__sim/faults", {"kind": "code42901"}),
+                         daemon=True).start()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    finally:
+        stop.set()
     wall = time.monotonic() - began
+    load_after = os.getloadavg()
     try:
         result = json.loads(done.stdout)
     except ValueError:
@@ -168,7 +196,7 @@ def run_night(args, label: str, base: str, dsn: str, fleet: Path, env: dict, now
     entries = [e for e in admin(base, "/__sim/log") if e["seq"] > after_seq]
     minimum = {site: admin(base, "/__sim/minimum", {"siteId": site, "startTime": fmt(start), "endTime": fmt(now)})
                for site in args.sites}
-    night = Night(label, now, start, result, entries, minimum, wall, (began_wall, began))
+    night = Night(label, now, start, result, entries, minimum, wall, (began_wall, began), (load_before, load_after))
     for site in args.sites:
         night.per_task[site] = defaultdict(Counter)
     for e in entries:
@@ -243,6 +271,31 @@ def order_line(args, night: Night, entries: list[dict]) -> str:
             f"every store's recent data before it: {'yes' if not late else 'NO: ' + ', '.join(map(str, late))}")
 
 
+def injected_cost(entries: list[dict], f: float) -> list[str]:
+    """What an injected ``code42901`` cost the lane, in gaps: the gaps (as the simulator saw them: a request's arrival
+    less the previous response's end) from the last accepted response before it through the next
+    ``FLOOR_DECAY_REQUESTS + 1`` accepted requests, plus the rejected request's own time, less as many median gaps
+    of the 200 accepted requests before it."""
+    faults = [i for i, e in enumerate(entries) if e.get("fault") == "code42901"]
+    if not faults:
+        return []
+    i = faults[0]
+    accepted = [e for e in entries if e.get("accepted") and e.get("fault") is None]
+    before = [e for e in accepted if e["started"] < entries[i]["started"]]
+    after = [e for e in accepted if e["started"] > entries[i]["started"]][:FLOOR_DECAY_REQUESTS + 1]
+    if len(before) < 2 or len(after) < FLOOR_DECAY_REQUESTS + 1:
+        return ["  injected 42901: too close to an end of the night to measure"]
+    seen = sorted(b["started"] - a["ended"] for a, b in zip(before[-201:], before[-200:]))
+    median = seen[len(seen) // 2]
+    chain = [before[-1], entries[i], *after]  # the gaps between them, and the rejected request's own time
+    spent = sum(b["started"] - a["ended"] for a, b in zip(chain, chain[1:])) + entries[i]["ended"] - entries[i]["started"]
+    lost = spent - len(after) * median
+    return [f"  injected 42901 at {(entries[i]['started'] - entries[0]['started']) / f / 3600:.2f} h: the {len(after)} "
+            f"gaps after it (and the rejected request) took {spent * 1000:.0f} ms where {len(after)} median gaps "
+            f"({median * 1000:.1f} ms) are {len(after) * median * 1000:.0f} ms: it cost {lost / median:.2f} gaps "
+            f"({lost / f:.1f} s scaled back)"]
+
+
 def report(args, night: Night, means: dict[str, float]) -> list[str]:
     f = args.factor
     entries = sorted(night.entries, key=lambda e: e["started"])
@@ -254,6 +307,7 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     in_flight = sum(e["ended"] - e["started"] for e in entries)
     stores = {s["site_id"]: s for lane in night.result.get("lanes", []) for s in lane.get("stores", [])}
     refreshed = 0
+    whole_at: dict[int, float] = {}  # store -> its last response (h of the lane, scaled back), stores SUCCESS only
     total_sent = total_min = 0
     model_seconds = 0.0
     for site in args.sites:
@@ -264,6 +318,8 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
         status = stores.get(site, {}).get("status", "?")
         fits = status == "SUCCESS" and done_at <= args.night_hours
         refreshed += fits
+        if status == "SUCCESS" and mine:
+            whole_at[site] = done_at
         model = sum(means[task] * counter["sent"] for task, counter in night.per_task[site].items())
         model_seconds += model
         lines.append(f"store {site}: {status}, sent {sent} / minimum {minimum} ({sent / minimum:.2f}x, excess "
@@ -277,6 +333,15 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     lane_hours = (t_end - t0) / f / 3600
     lines.append(f"lane: {len(entries)} requests, sent/minimum {total_sent}/{total_min} = {total_sent / total_min:.2f}x; "
                  f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)} (per gap class 42901/42902: {per_class})")
+    lines.extend(injected_cost(entries, f))
+    previous = None
+    for e in entries:  # each rejection: when, and how long after the previous accepted response it arrived
+        if e["code"] in (42901, 42902):
+            seen = f"{(e['started'] - previous['ended']) * 1000:.1f} ms after" if previous else "before any"
+            lines.append(f"  {e['code']} ({e.get('outcome')}) at {(e['started'] - t0) / f / 3600:.2f} h, "
+                         f"{gap_class_of(e['path'])}: it arrived {seen} the previous accepted response ended")
+        elif e.get("accepted"):
+            previous = e
     deadline = next((lane.get("deadline") for lane in night.result.get("lanes", []) if lane.get("deadline")), None)
     if deadline:
         fit = deadline.get("fit") or {}
@@ -293,6 +358,8 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
                           *((t.pipeline or {}).get("rate_max", 0) for t in load_connector().tasks)])
         lines.append(f"  the last response {abs(over):.3f} s {'after' if over > 0 else 'before'} the deadline "
                      f"(= {abs(over) / f:.0f} s scaled back; the widest configured gap is {widest:g} s)")
+    lines.append(f"  lane time per request {(t_end - t0) / len(entries) * 1000:.1f} ms (= "
+                 f"{(t_end - t0) / len(entries) / f:.2f} s scaled back); the simulator's G {UPSTREAM['gap_standard'] * f * 1000:g} ms")
     lines.append(f"  lane time (first request to last response) {t_end - t0:.1f} s measured = {lane_hours:.2f} h "
                  f"scaled back (÷ {f:g}); the command's wall time {night.wall:.1f} s = {night.wall / f / 3600:.2f} h")
     lines.append(f"  at the default gaps (requests × mean configured gap): {model_seconds / 3600:.2f} h, "
@@ -300,13 +367,25 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     lines.append(f"  stores fully refreshed within a {args.night_hours:g}-hour night: {refreshed} of {len(args.sites)}; "
                  f"lane busy share (a request in flight): {in_flight / (t_end - t0):.1%}; lane time used of the night: "
                  f"{lane_hours / args.night_hours:.0%}")
+    n = len(args.sites)
+    of_night = ", ".join(f"{c:.0%} {sum(t <= c * args.night_hours + 1e-9 for t in whole_at.values())}" for c in CUTS)
+    of_lane = ", ".join(f"{c:.0%} {sum(t <= c * lane_hours + 1e-9 for t in whole_at.values())}" for c in CUTS)
+    lines.append(f"  whole stores (of {n}) at a share of the {args.night_hours:g}-hour night: {of_night}; at a share "
+                 f"of the lane time ({lane_hours:.2f} h): {of_lane}")
+    timeouts = json.dumps(night.result.get("tasks", []), ensure_ascii=False).count("timeout: ")
+    before, after = night.load
+    lines.append(f"  load average (1/5/15 min) before {' '.join(f'{x:.2f}' for x in before)}, after "
+                 f"{' '.join(f'{x:.2f}' for x in after)} ({os.cpu_count()} CPUs); HTTP timeouts: {timeouts}"
+                 + ("  -> REFUSED: a timeout's hold is not scaled, this night measures the machine" if timeouts else ""))
     lines.append(order_line(args, night, entries))
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stores", type=int, default=2, help="medium stores on the one token (default 2)")
+    parser.add_argument("--stores", type=int, default=2, help="stores on the one token (default 2)")
+    parser.add_argument("--scale", choices=sorted(SCALE_PROFILES), default="medium",
+                        help="the stores' size (upstream-api.md §4.1; default medium)")
     parser.add_argument("--factor", type=float, default=0.01, help="every gap and the ban × this (default 0.01)")
     parser.add_argument("--days", type=int, default=7, help="days of history = the first load (default 7)")
     parser.add_argument("--night-hours", type=float, default=8.0, help="length of a night, real hours (default 8)")
@@ -319,16 +398,23 @@ def main() -> None:
                              "runs (to night 2 only with --seed-first-load)")
     parser.add_argument("--seed-first-load", dest="seeded", action="store_true",
                         help="night 1 is a seed: risk control off and no gaps (its time means nothing)")
+    parser.add_argument("--inject-42901", dest="inject", action="store_true",
+                        help="night 2: one injected 42901 (POST /__sim/faults code42901) at half the deadline, or "
+                             "after 60 %% of night 2's requests at the mean configured gap; reports what it cost")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds a run may take (default 7200)")
     parser.add_argument("--output", type=Path, help="also write the report here")
     args = parser.parse_args()
+    if SAFETY_MARGIN_SECONDS * args.factor < JITTER_FLOOR:
+        parser.exit(2, f"--factor {args.factor:g}: the scaled safety margin {SAFETY_MARGIN_SECONDS * args.factor * 1000:g} "
+                       f"ms would be below the machine's scheduling jitter ({JITTER_FLOOR * 1000:g} ms), which is not "
+                       f"scaled; use a factor >= {JITTER_FLOOR / SAFETY_MARGIN_SECONDS:g}\n")
     args.anchor = parse_local(args.anchor)
     deadline = [f"--deadline={args.deadline * 3600 * args.factor:g}s"] if args.deadline is not None else []
     args.sites = [FIRST_SITE + i for i in range(args.stores)]
     settings = gaps(args.factor)
     settings["window.initial_days"] = args.days
     means = mean_gaps()
-    profile = SCALE_PROFILES["medium"]
+    profile = SCALE_PROFILES[args.scale]
     f = args.factor
     when = (deadline[0] + (" (night 2 only)" if args.seeded else " (both nights)")) if deadline else "none"
     head = [f"command: python benchmarks/bench_night.py {shlex.join(sys.argv[1:])}".rstrip(),
@@ -338,9 +424,10 @@ def main() -> None:
             f"{settings['pipeline.rate_min']:g}-{settings['pipeline.rate_max']:g} s (group-buy "
             f"{settings.get('pipeline.ods_group_package.rate_min', 0):g}-"
             f"{settings.get('pipeline.ods_group_package.rate_max', 0):g} s), retry backoff "
-            f"{settings['api.retry_backoff']:g} s. Times marked 'scaled back' are ÷ {f:g}. Not scaled: the time a "
-            f"request takes (ms), retryAfter (whole seconds, at least 1), the HTTP timeouts.",
-            f"simulator: {args.stores} medium store(s) on one token (members {profile.members}, "
+            f"{settings['api.retry_backoff']:g} s, retryAfter in whole units of {f:g} s. Times marked 'scaled back' are "
+            f"÷ {f:g}. Not scaled: the time a request takes (ms) and its HTTP timeout (a night that meets one is "
+            f"refused).",
+            f"simulator: {args.stores} {args.scale} store(s) on one token (members {profile.members}, "
             f"{profile.settlements_per_day} settlements/day, ...), {args.days} days of history up to "
             f"{fmt(args.anchor)}, seed {args.seed}, risk control on; then 24 h of trading "
             f"(POST /__sim/advance)",
@@ -361,6 +448,7 @@ def main() -> None:
                                           UPSTREAM["gap_groupbuy"] * f)
         sim, base, ADMIN["token"] = start_simulator(args, fleet, env, Path(tmp) / "simulator.log")
         try:
+            admin(base, "/__sim/risk", {"retry_after_unit": f})  # retryAfter in whole units of the scaled second
             if args.seeded:
                 admin(base, "/__sim/risk", {"enabled": False})
                 seed = {**settings, **{k: 0 for k in settings if k.endswith(("rate_min", "rate_max"))}}
@@ -381,8 +469,13 @@ def main() -> None:
                        f"{changes['ODS_GOODS']['volatile_only']} only in stockQty")
             print(f"\n{summary}\n", flush=True)
             last_seq = max((e["seq"] for e in first.entries), default=0)
+            inject_after = None
+            if args.inject:
+                half = args.deadline * 3600 * f / 2 if args.deadline is not None else 0.3 * args.stores * 3000 * f
+                inject_after = half
             second = run_night(args, "night 2 (the next night)", base, dsn, fleet, env,
-                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq, deadline)
+                               args.anchor + timedelta(hours=24), args.anchor, settings, last_seq, deadline,
+                               inject_after)
             tail = report(args, second, means)
             print("\n".join(tail), flush=True)
         finally:

@@ -23,7 +23,7 @@ from feiqiu_etl.db.embedded import create_database, temporary_server
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.pipeline import PipelineRequest, RequestScheduler, UnifiedPipeline
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.pipeline.serial_reference import SerialReference
+from feiqiu_etl.testing.serial_reference import SerialReference
 from feiqiu_etl.simulator import SimulatorConfig
 from feiqiu_etl.simulator.dataset import Dataset
 from feiqiu_etl.tasks.ods.processing import OdsProcessor

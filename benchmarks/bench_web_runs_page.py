@@ -1,12 +1,12 @@
-"""The Runs page with 1,000 runs in history vs 50 (one page), side by side: time to first byte and full render.
+"""The Runs page with 1,000 runs in history vs 50 (one page), side by side: time to first byte and full render (the Runs page is /runs since the overview took /, issue 29).
 
 Two databases on one embedded PostgreSQL: one with 50 runs, one with 1,000 (each with 21 tasks, 1-3 stores,
 a summary of 21 task results, every status). One ``feiqiu-etl web`` process serves each. Measurements
 alternate between the two (small, large, large, small, small, …) to share the machine's noise:
 
-* HTTP (httpx, a fresh connection each time): time to first byte and to the last byte of ``GET /`` (the
-  first page, 50 runs), of ``GET /?per_page=500`` and of ``GET /api/runs``;
-* Debian's headless Chromium (Selenium): Navigation Timing of ``/`` — ``responseStart`` (first byte),
+* HTTP (httpx, a fresh connection each time): time to first byte and to the last byte of ``GET /runs`` (the
+  first page, 50 runs), of ``GET /runs?per_page=500`` and of ``GET /api/runs``;
+* Debian's headless Chromium (Selenium): Navigation Timing of ``/runs`` — ``responseStart`` (first byte),
   ``loadEventEnd``, and the first frame painted after it (full render: HTML, CSS, layout, paint).
 
     python benchmarks/bench_web_runs_page.py [--runs 1000] [--rounds 15]
@@ -117,16 +117,17 @@ def main() -> None:
             results: dict[str, dict[str, list]] = {k: {} for k in webs}
             with chromium() as driver:
                 for label, web in webs.items():  # warm-up: templates compiled, pool connected
-                    http_times(web.url + "/")
-                    browser_times(driver, web.url + "/")
+                    http_times(web.url + "/runs")
+                    browser_times(driver, web.url + "/runs")
                 for i in range(args.rounds):
                     for label, web in (list(webs.items()) if i % 2 == 0 else list(webs.items())[::-1]):
                         r = results[label]
-                        for name, path in (("page", "/"), ("page500", "/?per_page=500"), ("api", "/api/runs")):
+                        for name, path in (("page", "/runs"), ("page500", "/runs?per_page=500"),
+                                           ("api", "/api/runs")):
                             ttfb, total = http_times(web.url + path)
                             r.setdefault(f"{name}_ttfb", []).append(ttfb)
                             r.setdefault(f"{name}_total", []).append(total)
-                        first, load, painted = browser_times(driver, web.url + "/")
+                        first, load, painted = browser_times(driver, web.url + "/runs")
                         r.setdefault("br_ttfb", []).append(first)
                         r.setdefault("br_load", []).append(load)
                         r.setdefault("br_painted", []).append(painted)
@@ -134,13 +135,13 @@ def main() -> None:
             print(f"\nRuns page, medians of {args.rounds} rounds (ms); history of {args.small} vs {args.runs} runs; "
                   f"the first page shows {rows} rows")
             print(f"{'measure':46} {args.small:>8} {args.runs:>8}   ratio")
-            labels = {"page_ttfb": "HTTP GET / first byte", "page_total": "HTTP GET / last byte",
-                      "page500_ttfb": "HTTP GET /?per_page=500 first byte",
-                      "page500_total": "HTTP GET /?per_page=500 last byte",
+            labels = {"page_ttfb": "HTTP GET /runs first byte", "page_total": "HTTP GET /runs last byte",
+                      "page500_ttfb": "HTTP GET /runs?per_page=500 first byte",
+                      "page500_total": "HTTP GET /runs?per_page=500 last byte",
                       "api_ttfb": "HTTP GET /api/runs first byte", "api_total": "HTTP GET /api/runs last byte",
-                      "br_ttfb": "Chromium / responseStart (first byte)",
-                      "br_load": "Chromium / loadEventEnd",
-                      "br_painted": "Chromium / first frame after load (full render)"}
+                      "br_ttfb": "Chromium /runs responseStart (first byte)",
+                      "br_load": "Chromium /runs loadEventEnd",
+                      "br_painted": "Chromium /runs first frame after load (full render)"}
             for key, label in labels.items():
                 small, large = med(results["small"][key]), med(results["large"][key])
                 print(f"{label:46} {small:8.1f} {large:8.1f}   {large / small:5.2f}x")

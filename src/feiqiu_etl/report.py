@@ -23,13 +23,12 @@ from rich.table import Table
 from rich.text import Text
 
 from feiqiu_etl import logs
-from feiqiu_etl.formats import UPSTREAM_ZONE, duration, in_display_zone, utc_offset, when
+from feiqiu_etl.formats import UPSTREAM_ZONE, duration, in_display_zone, reconcile_lines, utc_offset, when
 from feiqiu_etl.statistics import LaneStatistics, RunStatistics
 from feiqiu_etl.textsafe import escape, escape_tree
+from feiqiu_etl.common.status import STYLES, Status
 
 ERRORS_SHOWN = 3
-STATUS_STYLE = {"SUCCESS": "green", "PARTIAL": "yellow", "FAILED": "red", "CANCELLED": "magenta",
-                "INTERRUPTED": "red", "RUNNING": "cyan", "BUSY": "blue", "DEADLINE": "blue"}
 
 
 class SafeConsole(Console):
@@ -79,7 +78,7 @@ def compact_table() -> Table:
 
 
 def _status(status: str | None) -> Text:
-    return Text(status or "-", style=STATUS_STYLE.get(status or "", ""))
+    return Text(status or "-", style=STYLES.get(status or "", ""))
 
 
 # ----------------------------------------------------------------------------------------------- run summary
@@ -177,7 +176,7 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     tasks = data.get("tasks", [])
     line = Text.assemble(f"run {data['run_id']}: ", _status(data["status"]))
     error = data.get("error") or ""
-    if data["status"] == "CANCELLED" and error.startswith("cancelled (") and error.endswith(")"):
+    if data["status"] == Status.CANCELLED and error.startswith("cancelled (") and error.endswith(")"):
         error = error[len("cancelled ("):-1]  # "CANCELLED (signal)", not "CANCELLED (cancelled (signal))"
     if error:
         line.append(f" ({error})")
@@ -646,38 +645,6 @@ RECONCILE_STYLE = {"ok": "green", "refetched": "cyan", "short": "red", "over": "
                    "incomplete": "dim"}
 
 
-def reconcile_lines(tasks: list[dict]) -> list[tuple[str, str]]:
-    """The reconcile section of ``show RUN`` (issue 25, tasks/ods/reconcile.py) as ``(text, verdict)`` lines:
-    the verdict counts of every listing, then one line per listing that was not ``ok`` the first time. Empty for
-    a run recorded before issue 25."""
-    counts: dict[str, int] = {}
-    used = budget = 0
-    lines: list[tuple[str, str]] = []
-    for t in tasks:
-        r = t.get("reconcile")
-        if not r:
-            continue
-        used += r.get("refetches", 0)
-        budget += r.get("budget", 0)
-        for verdict, n in r.get("verdicts", {}).items():
-            counts[verdict] = counts.get(verdict, 0) + n
-        for listing in r.get("listings", []):
-            where = "snapshot" if listing["kind"] == "snapshot" else f"{listing['window'][0]} … {listing['window'][1]}"
-            ods = listing["ods"]
-            lines.append((f"  {t['task']} {t['site_id']} {where}: {listing['verdict']}: {listing.get('reason') or ''}; "
-                          f"{listing['listings']} listing(s), {listing['pages']} pages, {listing['rows']} rows, "
-                          f"{listing['distinct_keys']} keys of total {listing.get('first_total')}"
-                          f"{' (moved: ' + ', '.join(map(str, listing['totals_moved'])) + ')' if listing.get('totals_moved') else ''}"
-                          f"; ODS new {ods['inserted']} chg {ods['updated']} same {ods['unchanged']} "
-                          f"del {ods['soft_deleted']}", listing["verdict"]))
-    if not counts:
-        return []
-    order = ("ok", "refetched", "short", "over", "unexpected_zero", "incomplete")
-    head = ", ".join(f"{counts[v]} {v}" for v in order if counts.get(v))
-    return [(f"reconcile: {sum(counts.values())} listing(s): {head}; {used} refetched of a budget of {budget} "
-             f"(integrity.refetch_listings per task)", "ok" if len(lines) == 0 else "head"), *lines]
-
-
 def render_reconcile(tasks: list[dict], console: Console | None = None) -> None:
     """Print :func:`reconcile_lines` (escaped: the reasons quote upstream totals only, but stay safe)."""
     console = console or stdout_console()
@@ -693,7 +660,7 @@ def render_status(runs: list[dict], console: Console | None = None) -> None:
         return
     for r in runs:
         live = recorded_live(r.get("live"))
-        console.print(Text.assemble(f"run {r['run_id']} ", _status("RUNNING"),
+        console.print(Text.assemble(f"run {r['run_id']} ", _status(Status.RUNNING),
                                     f" for {duration(r.get('duration'))} on {r.get('host')} pid {r.get('pid')}, "
                                     f"heartbeat {r.get('heartbeat_age') or 0:.0f} s ago"))
         if live is not None:

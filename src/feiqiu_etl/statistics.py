@@ -138,7 +138,9 @@ class LaneStatistics(_Json):
     task's expected gap (narrowed by the pace) plus the seconds a request held the lane besides its gap so far
     — or the time to the deadline if that comes first (0 when finished). ``running`` are the tasks running now,
     one per store at most. With a deadline: ``deadline_in_s`` seconds until it, ``pace`` how far the gaps are
-    narrowed (1 = as configured, 0 = the safe floors); both None without one. ``stalled_for``:
+    narrowed (1 = as configured, 0 = the safe floors); both None without one; ``left_at_deadline`` the requests
+    that will not fit before it at the current pace (the plan's rule: requests x expected gap; 0 when all fit).
+    ``stalled_for``:
     seconds the running lane has not moved (no attempt ended, no task began or ended, no row written), once
     past ``run.stall_after``; None while it moves (the run control's watchdog logs it too)."""
 
@@ -166,6 +168,7 @@ class LaneStatistics(_Json):
     deadline_in_s: float | None = None
     pace: float | None = None
     stalled_for: float | None = None
+    left_at_deadline: int | None = None
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def browser():
 
 
 def test_runs_page_lists_the_history_newest_first_with_filters(web, browser, history):
-    browser.get(web.url + "/")
+    browser.get(web.url + "/runs")
     rows = browser.find_elements("css selector", "#runs tbody tr")
     ids = [r.get_attribute("data-run-id") for r in rows]
     assert ids[0] == history and len(ids) == 6  # the real run is the newest

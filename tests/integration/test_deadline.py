@@ -114,7 +114,7 @@ def _visible(dsn: str, run_id: str) -> None:
     assert shown.returncode == 0 and "DEADLINE" in shown.stdout and "deadline 1s reached" in shown.stdout
     app = create_app(WebSettings(dsn=dsn, connector="feiqiu", task_codes=TASKS))
     with TestClient(app, base_url="http://127.0.0.1:8080") as web:
-        assert 'class="badge deadline"' in web.get("/").text
+        assert 'class="badge deadline"' in web.get("/runs").text
         page = web.get(f"/runs/{run_id}").text
         assert "deadline 1s reached" in page and "Why it stopped" in page
         assert web.get("/api/runs?status=DEADLINE").json()["runs"][0]["run_id"] == run_id

@@ -28,6 +28,20 @@ def _diff(before: dict, after: dict, snapshot: bool) -> dict:
     return {"inserted": inserted, "updated": updated, "skipped": skipped, "deleted": deleted}
 
 
+def _held_changed(sim, spec, site, before: dict, after: dict, diff: dict) -> list:
+    """Parents (unchanged list rows) whose detail is due because a row it holds changed: a card of the member
+    new, changed or deleted in the card snapshot (connector ``detail.due_when``, issue 25 part 6)."""
+    named = set()
+    for rule in spec.detail.due_when:
+        child = CONNECTOR.task(rule.changed)
+        old, new = before[child.code], _expected_list(sim, child, site)
+        for kind, keys in _diff(old, new, snapshot=child.kind == "snapshot").items():
+            if kind != "skipped":
+                named |= {str((new if kind != "deleted" else old)[k][rule.parent_field]) for k in keys}
+    key = spec.keys[0]
+    return [after[k] for k in diff["skipped"] if str(after[k][key.field]) in named]
+
+
 def _detail_expectation(sim, spec, site, changed_parents, before_detail):
     d = spec.detail
     counts = {"inserted": 0, "updated": 0, "skipped": 0, "deleted": 0}
@@ -82,6 +96,7 @@ def test_second_run_reports_exact_counts_and_details_only_for_changed_parents(si
         want = {kind: len(keys) for kind, keys in diff.items()}
         if spec.detail:
             changed = [after[k] for k in diff["inserted"] + diff["updated"]]
+            changed += _held_changed(sim, spec, site, before, after, diff)  # issue 25: detail.due_when
             detail = _detail_expectation(sim, spec, site, changed, before_detail[spec.code])
             for kind in want:
                 want[kind] += detail[kind]

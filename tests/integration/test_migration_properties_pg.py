@@ -34,7 +34,7 @@ from feiqiu_etl.connector.model import load_connector
 from feiqiu_etl.db.schema import ensure_ods_tables
 from feiqiu_etl.pipeline import CancellationToken, FakeClock, RequestScheduler, UnifiedPipeline
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.pipeline.serial_reference import SerialReference
+from feiqiu_etl.testing.serial_reference import SerialReference
 from feiqiu_etl.tasks.ods import task as task_module
 from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext

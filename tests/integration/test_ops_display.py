@@ -108,7 +108,7 @@ def test_one_display_zone_for_runs_show_json_and_the_web_page(conn, pg_dsn):
     try:
         with TestClient(create_app(WebSettings(dsn=pg_dsn, connector="feiqiu")),
                         base_url="http://127.0.0.1:8080") as c:
-            page = c.get("/").text
+            page = c.get("/runs").text
             api = c.get("/api/runs").json()["runs"]
     finally:
         use_display_zone("local")

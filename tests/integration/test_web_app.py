@@ -61,7 +61,7 @@ def test_runs_api_is_newest_first_paged_and_filtered(conn, pg_dsn):
         assert "run-01" in html and "run-04" not in html  # page 2 of the store's runs (newest first)
         assert 'class="badge failed"' in html and "2 runs matching · page 2 of 2" in html
         assert 'href="/?store=1002&amp;page=1&amp;per_page=1"' in html or "per_page=1" in html
-        full = c.get("/").text
+        full = c.get("/runs").text
         assert full.count('<tr data-run-id=') == 5
         assert re.search(r'<option value="1003"\s*>', full)  # store filter offers every store seen
 
@@ -108,12 +108,12 @@ def test_cancel_needs_post_with_the_pages_csrf_token(conn, pg_dsn):
         other_site = c.post("/api/runs/run-live/cancel", headers={"X-CSRF-Token": token,
                                                                    "Origin": "http://evil.example"})
         assert other_site.status_code == 403
-        assert registry.get_run(conn, "run-live", with_log=False)["cancel_requested_at"] is None
+        assert registry.get_run(conn, "run-live", with_log=False).cancel_requested_at is None
         ok = c.post("/api/runs/run-live/cancel", headers={"X-CSRF-Token": token, "Origin": "http://127.0.0.1:8080"})
         assert ok.status_code == 202 and ok.json() == {"run_id": "run-live", "requested": True,
                                                        "status_before": "RUNNING"}
         run = registry.get_run(conn, "run-live", with_log=False)
-        assert run["cancel_requested_at"] is not None and run["cancel_requested_by"].startswith("web page")
+        assert run.cancel_requested_at is not None and run.cancel_requested_by.startswith("web page")
         done = c.post("/api/runs/run-done/cancel", headers={"X-CSRF-Token": token})
         assert done.status_code == 409 and done.json()["status"] == "SUCCESS"
         assert c.post("/api/runs/none/cancel", headers={"X-CSRF-Token": token}).status_code == 404
@@ -209,7 +209,7 @@ def test_status_lists_running_and_just_finished_runs(conn, pg_dsn):
         assert [(r["run_id"], r["status"]) for r in status["finished"]] == [("run-ended", "CANCELLED")]
         going = c.get("/runs/run-going").text  # a running run's page: what it has so far, a Cancel button
         assert "Results appear when the run ends" in going and 'data-cancel="run-going"' in going
-        html = c.get("/").text
+        html = c.get("/runs").text
         row = html[html.index('data-run-id="run-going"'):]
         assert re.search(r'<td class="num">7</td><td class="num">3</td>', row)  # live totals of a running run
 

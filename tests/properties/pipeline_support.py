@@ -28,7 +28,7 @@ from feiqiu_etl.pipeline import (
     CancellationToken, FakeClock, PipelineRequest, ProcessOutput, RequestScheduler, UnifiedPipeline, WriteResult,
 )
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.pipeline.serial_reference import SerialReference
+from feiqiu_etl.testing.serial_reference import SerialReference
 
 QUIET = logging.getLogger("tests.properties.quiet")
 QUIET.disabled = True

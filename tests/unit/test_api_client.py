@@ -13,9 +13,12 @@ from feiqiu_etl.api import (
 )
 from feiqiu_etl.api.errors import MalformedResponse
 from feiqiu_etl.api.client import parse_retry_after
+from feiqiu_etl.connector import load_connector
 from feiqiu_etl.pipeline import FakeClock, PipelineRequest, RateLimiter, RequestScheduler
+from feiqiu_etl.runner.flow_runner import envelope_rules
 
 TOKEN = "fq_secret_token_value"
+RULES = envelope_rules(load_connector())
 
 
 def envelope(code=0, data=None, msg="ok"):
@@ -31,7 +34,7 @@ def client_for(responses, attempts=3, base=1.0):
         return r() if callable(r) else r
 
     client = APIClient("http://upstream.test", TOKEN, retry=RetryPolicy(attempts=attempts, base=base, jitter=0),
-                       transport=httpx.MockTransport(handler))
+                       rules=RULES, transport=httpx.MockTransport(handler))
     return client, seen
 
 

@@ -41,6 +41,15 @@ def test_the_engine_knows_nothing_of_feiqiu_sql_or_http():
     assert "ods." not in text and "siteid" not in text
 
 
+def test_nothing_of_the_product_imports_the_test_oracles():
+    """The test oracle (:mod:`feiqiu_etl.testing`) is no part of the engine (issue 26)."""
+    graph = _graph(_sources())
+    offenders = sorted(f"{m}:{line}" for m, imports in graph.items() for t, line, _ in imports
+                       if t.startswith("feiqiu_etl.testing") and not m.startswith("feiqiu_etl.testing"))
+    assert offenders == []
+    assert not (ROOT / "pipeline" / "serial_reference.py").exists()
+
+
 def test_only_the_dagster_module_imports_dagster():
     for path in ROOT.rglob("*.py"):
         if "dagster" in path.parts:
@@ -348,3 +357,38 @@ def test_the_import_graph_checks_see_what_they_must():
     assert [line.split(" imports ")[0] for line in _wrong_way(graph)] == ["feiqiu_etl.tasks.x:1", "feiqiu_etl.web.y:1"]
     assert _private_reaches(graph, sources) == ["feiqiu_etl.d:2 imports feiqiu_etl.c._hidden",
                                                 "feiqiu_etl.d:3 reads c._peek"]
+
+
+# ------------------------------------------------------------------------------------------ one place per rule
+# The simulator speaks the upstream's vocabulary (a payment's status "SUCCESS" is upstream data, no run status).
+SPEAKS_THE_UPSTREAM = ("simulator/",)
+
+
+def _bare_status_literals(rel: str, source: str) -> list[str]:
+    """``rel:line "SUCCESS"`` for every string constant that is exactly a status name (SQL text is longer)."""
+    from feiqiu_etl.common.status import Status
+
+    names = {s.value for s in Status}
+    tree = ast.parse(source)
+    # A gettext msgid (``N_("SUCCESS")``, the web page's label of a status) must be a literal for Babel to extract
+    # it: it is the label's source text, not a status compared or stored.
+    msgids = {id(call.args[0]) for call in ast.walk(tree) if isinstance(call, ast.Call)
+              and getattr(call.func, "id", None) == "N_" and len(call.args) == 1}
+    return [f"{rel}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+            and id(node) not in msgids]
+
+
+def test_a_bare_status_literal_appears_only_in_the_status_table():
+    """Issue 26: one definition of the status vocabulary (:mod:`feiqiu_etl.common.status`); elsewhere a status
+    is ``Status.SUCCESS`` (and ``'SUCCESS'`` inside SQL text)."""
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "common/status.py" or rel.startswith(SPEAKS_THE_UPSTREAM):
+            continue
+        offenders += _bare_status_literals(rel, path.read_text(encoding="utf-8"))
+    assert offenders == []
+    assert _bare_status_literals("x.py", 'a = "SUCCESS"\nb = "SELECT 1 WHERE status = \'SUCCESS\'"\n') == \
+        ["x.py:1 'SUCCESS'"]
+    assert _bare_status_literals("x.py", 'label = N_("SUCCESS")\nif s == "FAILED": pass\n') == ["x.py:2 'FAILED'"]

@@ -171,7 +171,7 @@ def test_huge_files_and_fifos_are_refused_in_one_line_before_parsing(tmp_path):
 def test_an_error_about_a_file_that_is_no_yaml_mapping_does_not_echo_its_lines():
     from pydantic import BaseModel, ConfigDict, ValidationError
 
-    from feiqiu_etl.connector.yamldoc import describe
+    from feiqiu_etl.common.yamldoc import describe
 
     class Doc(BaseModel):
         model_config = ConfigDict(extra="forbid")

@@ -16,11 +16,13 @@ from feiqiu_etl.pipeline.config import Gap
 from feiqiu_etl.plan import RunOptions, build_plan, prepare
 from feiqiu_etl.plan.fit import Work, lane_seconds, pace_for
 from feiqiu_etl.plan.history import PlanHistory, TaskHistory
-from feiqiu_etl.runner.results import DEADLINE, FAILED, PARTIAL, SUCCESS, combine, task_status
+from feiqiu_etl.common.status import Status, combine, task_status
 
 NOW = datetime(2024, 3, 4, 1, 30)  # Asia/Shanghai, the plan's data clock
 START = datetime(2024, 3, 3, 17, 30, tzinfo=timezone.utc)  # the wall clock the deadline counts from
 UTC8 = timezone(timedelta(hours=8))
+
+DEADLINE, FAILED, PARTIAL, SUCCESS = Status.DEADLINE, Status.FAILED, Status.PARTIAL, Status.SUCCESS
 
 
 # ------------------------------------------------------------------------------------------ the value

@@ -21,7 +21,9 @@ CONNECTOR = load_connector()
 SITE = 8640015201004417
 NOW = datetime(2024, 3, 8, 2, 0, 0)
 UPDATE_TIME = [t.code for t in CONNECTOR.tasks if t.window_field == "updateTime"]
-OTHER_WINDOWED = [t.code for t in CONNECTOR.tasks if t.kind == "windowed" and t.window_field != "updateTime"]
+LEDGERS = ["ODS_INVENTORY_CHANGE", "ODS_MEMBER_BALANCE_CHANGE", "ODS_SHIFT_HANDOVER"]  # no status: never change
+OTHER_WINDOWED = [t.code for t in CONNECTOR.tasks if t.kind == "windowed" and t.window_field != "updateTime"
+                  and t.code not in LEDGERS]
 
 
 def _inputs(tasks=None, **overrides):
@@ -36,8 +38,8 @@ def _done(hw: datetime) -> TaskHistory:
 
 def test_the_connector_says_which_lists_need_a_look_back():
     assert sorted(UPDATE_TIME) == ["ODS_ASSISTANT_SERVICE", "ODS_SETTLEMENT", "ODS_TABLE_USE"]
-    for code in UPDATE_TIME:  # Q13: an updateTime list shows every change again; a small overlap only
-        assert CONNECTOR.task(code).lookback == timedelta(minutes=10)
+    for code in UPDATE_TIME + LEDGERS:  # Q13: an updateTime list shows every change again, a ledger without a
+        assert CONNECTOR.task(code).lookback == timedelta(minutes=10)  # status never changes: a small overlap only
     for code in OTHER_WINDOWED:  # the window field can stay put when the record changes: the setting's look-back
         assert CONNECTOR.task(code).lookback is None
     volatile = {t.code: t.volatile_fields for t in CONNECTOR.tasks if t.volatile_fields}
@@ -53,7 +55,7 @@ def test_a_night_reads_again_only_what_can_change_unseen():
     history = PlanHistory({(t.code, SITE): _done(hw) for t in CONNECTOR.tasks})
     plan = build_plan(inputs, history, now=NOW)
     starts = {t.code: t.windows[0].start for t in plan.lanes[0].tasks if t.windows}
-    assert {starts[c] for c in UPDATE_TIME} == {hw - timedelta(minutes=10)}
+    assert {starts[c] for c in UPDATE_TIME + LEDGERS} == {hw - timedelta(minutes=10)}
     assert {starts[c] for c in OTHER_WINDOWED} == {hw - timedelta(hours=48)}  # window.lookback_hours (default)
     shorter = build_plan(_inputs(**{"window.lookback_hours": 6}), history, now=NOW)
     starts = {t.code: t.windows[0].start for t in shorter.lanes[0].tasks if t.windows}

@@ -13,7 +13,7 @@ from feiqiu_etl.alerts.messages import run_message
 from feiqiu_etl.alerts.rules import RECONCILE, run_findings
 from feiqiu_etl.connector import load_connector
 from feiqiu_etl.pipeline import PipelineRequest, ResponseItem
-from feiqiu_etl.report import reconcile_lines
+from feiqiu_etl.formats import reconcile_lines
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, SnapshotState
 from feiqiu_etl.tasks.ods.reconcile import (END, INCOMPLETE, MORE, OK, OVER, REFETCH, REFETCHED, SHORT,
                                             UNEXPECTED_ZERO, IntegrityRules, ListingOutcome, Reconciler,

@@ -3,9 +3,12 @@ no failure (issue 18 item 3)."""
 
 from __future__ import annotations
 
-from feiqiu_etl import exitcodes, registry
-from feiqiu_etl.runner.results import (BUSY, CANCELLED, DEADLINE, FAILED, PARTIAL, STATUSES, SUCCESS, LaneResult, RunResult,
-                                       StoreResult, combine)
+from feiqiu_etl.common import exitcodes
+from feiqiu_etl.common.status import RECORDED, STATUSES, Status, combine
+from feiqiu_etl.runner.results import LaneResult, RunResult, StoreResult
+
+SUCCESS, PARTIAL, FAILED, CANCELLED, BUSY, DEADLINE = (Status.SUCCESS, Status.PARTIAL, Status.FAILED, Status.CANCELLED,
+                                                       Status.BUSY, Status.DEADLINE)
 
 
 def _lane(name: str, *, busy: bool = False, reason: str | None = None) -> LaneResult:
@@ -15,7 +18,7 @@ def _lane(name: str, *, busy: bool = False, reason: str | None = None) -> LaneRe
 def test_every_final_status_has_its_exit_code_and_is_a_registry_status():
     assert {name: s.exit_code for name, s in STATUSES.items()} == {
         SUCCESS: 0, PARTIAL: 3, FAILED: 4, CANCELLED: 5, BUSY: exitcodes.LANE_BUSY, DEADLINE: 9}
-    assert set(STATUSES) <= set(registry.STATUSES)
+    assert set(STATUSES) <= set(RECORDED)
 
 
 def test_combine_follows_the_table():

@@ -6,7 +6,7 @@ from feiqiu_etl.pipeline import (
     CancellationToken, FakeClock, PipelineRequest, ProcessOutput, RequestScheduler, WriteResult,
 )
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.pipeline.serial_reference import SerialReference
+from feiqiu_etl.testing.serial_reference import SerialReference
 
 
 def make(cfg: PipelineConfig, fail=(), token=None):

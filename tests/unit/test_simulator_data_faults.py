@@ -98,3 +98,13 @@ def test_bad_fault_bodies_answer_40001(sim, body, wrong):
 def test_bad_fault_at_start_is_refused_before_anything_starts():
     with pytest.raises(ValueError, match="unknown fault kind"):
         SimulatorConfig(faults=({"kind": "nope"},))
+
+
+def test_simulate_refuses_a_bad_fault_in_one_line_before_it_listens():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "feiqiu_etl", "simulate", "--port", "0", "--fault", "bogus"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown fault kind 'bogus'" in proc.stderr

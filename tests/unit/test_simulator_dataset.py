@@ -345,3 +345,30 @@ def test_clock(fresh):
     assert fresh.advance(90) == "2024-03-04 12:01:30"
     fresh.set_now(datetime(2024, 3, 5, 8, 0, 0, 123))
     assert fresh.now() == "2024-03-05 08:00:00"
+
+
+def test_card_use_moves_the_card_and_the_points_and_the_minimum_counts_the_members_detail(fresh):
+    """Issue 25 part 6: a card use changes the card (balance, updateTime; the detail's lastUseTime) and the member's
+    points only (Q11: its updateTime stays); the minimum counts one detail per such member, none as volatile only."""
+    site = fresh.site_ids[0]
+    start = fresh.marks()[-1]
+    fresh.advance(3600)
+    card = next(c for c in fresh.records("ODS_MEMBER_CARD", site) if c["status"] == 1 and Decimal(c["balance"]) > 2)
+    member = next(m for m in fresh.records("ODS_MEMBER", site) if m["memberId"] == card["memberId"])
+    used = fresh.card_use(site, card["memberId"], "2.00")
+    after = next(m for m in fresh.records("ODS_MEMBER", site) if m["memberId"] == card["memberId"])
+    assert Decimal(used["balance"]) + Decimal(used["giftBalance"]) == \
+        Decimal(card["balance"]) + Decimal(card["giftBalance"]) - 2
+    assert used["updateTime"] == fresh.now() != card["updateTime"]
+    assert after["points"] > member["points"] and after["updateTime"] == member["updateTime"]
+    row = next(r for r in fresh.detail_rows("ODS_MEMBER", site, card["memberId"]) if r["cardId"] == card["cardId"])
+    assert row["lastUseTime"] == fresh.now() and row["balance"] == used["balance"]
+    consume = [c for c in fresh.records("ODS_MEMBER_BALANCE_CHANGE", site) if c["cardId"] == card["cardId"]
+               and c["createTime"] == fresh.now()]
+    assert len(consume) == 1 and consume[0]["changeType"] == "CONSUME"
+    minimum = fresh.minimum_requests(site, start, start + timedelta(hours=2))
+    assert (minimum.task("ODS_MEMBER").details, minimum.task("ODS_MEMBER").volatile_only) == (1, 0)
+    with pytest.raises(ValueError, match="no active card"):
+        lonely = next(m["memberId"] for m in fresh.records("ODS_MEMBER", site)
+                      if m["memberId"] not in {c["memberId"] for c in fresh.records("ODS_MEMBER_CARD", site)})
+        fresh.card_use(site, lonely)

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import feiqiu_etl
-from feiqiu_etl.api.client import EnvelopeRules, RetryPolicy
+from feiqiu_etl.api.client import RetryPolicy
 from feiqiu_etl.connector.model import load_connector
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.pipeline.config import PipelineConfig
 from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.plan.model import Estimate, LanePlan, Secret, StorePlan, TaskPlan
+from feiqiu_etl.runner.flow_runner import envelope_rules
 from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, RunStatistics,
                                    StoreProgress, TaskStatistics)
@@ -37,7 +38,7 @@ def _lane(stores=(11, 12), tasks_per_store=2) -> LaneRunner:
     plan = LanePlan(name="north", token=Secret("fq_x"), token_source="FQ_X", api_base="http://127.0.0.1:1",
                     stores=tuple(StorePlan(s) for s in stores), tasks=tasks, connector="feiqiu", timeout=1.0,
                     connect_timeout=1.0, retry=RetryPolicy(), max_transport_failures=5, max_active_stores=8)
-    runtime = LaneRuntime(TaskContext("dbname=none", "run-1", CancellationToken()), EnvelopeRules(),
+    runtime = LaneRuntime(TaskContext("dbname=none", "run-1", CancellationToken()), envelope_rules(load_connector()),
                           lambda *a: None, client_factory=lambda *a, **kw: _NoClient())
     return LaneRunner(plan, runtime)
 

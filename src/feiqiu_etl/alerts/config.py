@@ -23,6 +23,7 @@
         store_refused: true            # 40103
         banned: true                   # 42902
         reconcile: true                # a listing short, over or an unexpected zero (issue 25)
+        deletions_held: true           # a snapshot's mass soft delete held back until confirmed (issue 25)
         consecutive_failures: 3        # a store failed in this many runs in a row (0 = off)
         stale_hours: 26                # data older than this, per store and task (null = off)
 
@@ -44,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from feiqiu_etl.alerts.rules import RULE_NAMES
-from feiqiu_etl.connector.yamldoc import describe, read_yaml
+from feiqiu_etl.common.yamldoc import Strict, load_definition
 
 ENV_FILE = "FEIQIU_ALERTS"
 ENV_URLS = "FEIQIU_ALERT_URLS"
@@ -62,11 +63,7 @@ class AlertsConfigError(ValueError):
     """The alerts file or ``FEIQIU_ALERT_URLS`` is invalid; ``str()`` is one line (never a URL)."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TargetModel(_Strict):
+class TargetModel(Strict):
     name: str
     url_env: str
     reasons: list[str] | None = None
@@ -98,7 +95,7 @@ class TargetModel(_Strict):
         return out
 
 
-class RulesModel(_Strict):
+class RulesModel(Strict):
     failed: bool = True
     partial: bool = True
     interrupted: bool = True
@@ -108,11 +105,12 @@ class RulesModel(_Strict):
     store_refused: bool = True
     banned: bool = True
     reconcile: bool = True
+    deletions_held: bool = True
     consecutive_failures: int = Field(3, ge=0, le=1000)
     stale_hours: float | None = Field(26.0, gt=0, le=8760)
 
 
-class AlertsModel(_Strict):
+class AlertsModel(Strict):
     language: Literal["en", "zh"] = "en"
     web_url: str | None = None
     timeout_seconds: float = Field(10.0, gt=0, le=300)
@@ -135,7 +133,7 @@ class AlertsModel(_Strict):
         return self
 
 
-class AlertsFileModel(_Strict):
+class AlertsFileModel(Strict):
     alerts: AlertsModel
 
 
@@ -183,13 +181,9 @@ def load_alerts(path: str | Path | None, environ: Mapping[str, str] | None = Non
     model, targets, source = AlertsModel(), [], ""
     if path:
         p = Path(path)
-        raw = read_yaml(p, AlertsConfigError, "alerts file")
-        if not isinstance(raw, dict) or "alerts" not in raw:
-            raise AlertsConfigError(f"{p}: an alerts file is a YAML mapping with an 'alerts' section")
-        try:
-            model = AlertsFileModel.model_validate(raw).alerts
-        except ValidationError as exc:
-            raise AlertsConfigError(f"{p}: {describe(exc, raw, root='alerts')}") from None
+        model = load_definition(p, AlertsFileModel, AlertsConfigError, what="alerts file", root="alerts",
+                                expect="an alerts file is a YAML mapping with an 'alerts' section",
+                                section="alerts").alerts
         source = str(p)
         for i, t in enumerate(model.targets):
             where = f"{p}: alerts.targets[{i}] ({t.name}).url_env"

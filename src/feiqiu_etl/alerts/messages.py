@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, DEADLINE, FAILED, INTERRUPTED, PARTIAL, RECONCILE,
+from feiqiu_etl.alerts.rules import (BANNED, CONSECUTIVE_FAILURES, DEADLINE, DELETIONS_HELD, FAILED, INTERRUPTED, PARTIAL, RECONCILE,
                                      STALE,
                                      STATUS_REASONS, STORE_REFUSED, TEST, TIMEOUT, TOKEN_REFUSED, Finding, ordered,
                                      severity)
@@ -50,6 +50,8 @@ TEXTS: dict[str, dict[str, str]] = {
         STORE_REFUSED: "store refused (40103): {stores}",
         BANNED: "banned by the upstream (42902) on lane {lanes}",
         RECONCILE: "listings not exact against their total: {listings}",
+        DELETIONS_HELD: "soft deletions held back, nothing deleted until confirmed (a later complete snapshot, or "
+                        "`state accept-deletions`): {held}",
         CONSECUTIVE_FAILURES: "store {site_id} failed in {runs} runs in a row",
         "lanes": "Lanes: {lanes}",
         "stores": "Stores: {stores}",
@@ -80,6 +82,7 @@ TEXTS: dict[str, dict[str, str]] = {
         STORE_REFUSED: "门店被拒绝（40103）：{stores}",
         BANNED: "被上游封禁（42902），通道 {lanes}",
         RECONCILE: "列表与其 total 不符：{listings}",
+        DELETIONS_HELD: "软删除已暂缓，确认前不删除（之后的完整快照，或 `state accept-deletions`）：{held}",
         CONSECUTIVE_FAILURES: "门店 {site_id} 连续 {runs} 次运行失败",
         "lanes": "通道：{lanes}",
         "stores": "门店：{stores}",
@@ -209,6 +212,12 @@ def _why(f: Finding, t: dict[str, str]) -> str:
         return t[f.reason].format(stores=", ".join(f"{s['site_id']} ({s['lane']})" for s in x.get("stores", [])))
     if f.reason == CONSECUTIVE_FAILURES:
         return t[f.reason].format(site_id=x["site_id"], runs=x["runs"])
+    if f.reason == DELETIONS_HELD:
+        held = "; ".join(f"{h['task']} {h['site_id']} {h['held']} of {h['live']} live rows "
+                         f"({float(h.get('share') or 0):.0%}{', empty snapshot' if h.get('empty') else ''})"
+                         for h in x.get("held", [])[:ERRORS_SHOWN])
+        more = len(x.get("held", [])) - ERRORS_SHOWN
+        return clean(t[f.reason].format(held=held + (f"; +{more}" if more > 0 else "")))
     if f.reason == RECONCILE:
         shown = x.get("listings", [])[:ERRORS_SHOWN]
         listed = "; ".join(f"{i['task']} {i['site_id']} {i['where']} {i['verdict']} ({i.get('reason')})" for i in shown)

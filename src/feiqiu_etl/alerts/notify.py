@@ -26,6 +26,7 @@ from feiqiu_etl.alerts.config import AlertConfig, active
 from feiqiu_etl.alerts.messages import run_message, test_message
 from feiqiu_etl.alerts.sending import Delivery, deliver
 from feiqiu_etl.errortext import one_line
+from feiqiu_etl.common.status import Status
 
 log = logging.getLogger("feiqiu_etl.alerts")
 HOST = socket.gethostname()
@@ -85,10 +86,10 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
 
     for run_id in ids:
         try:
-            rec = registry.get_run(conn, run_id, with_log=False) or {"run_id": run_id}
-            run = {"run_id": run_id, "status": "INTERRUPTED", "exit_code": None, "error": rec.get("error"),
-                   "host": rec.get("host"), "finished_at": _iso(rec.get("finished_at")),
-                   "lanes": list(rec.get("lanes") or []), "stores": list(rec.get("stores") or [])}
+            rec = registry.get_run(conn, run_id, with_log=False) or registry.RunDetail(run_id)
+            run = {"run_id": run_id, "status": Status.INTERRUPTED, "exit_code": None, "error": rec.error,
+                   "host": rec.host, "finished_at": _iso(rec.finished_at),
+                   "lanes": list(rec.lanes or []), "stores": list(rec.stores or [])}
             findings = rules.run_findings(run, cfg.rules) + _streaks(conn, run_id, run["stores"], cfg)
             dispatch(conn, cfg, findings, run, run_id)
         except Exception as exc:  # noqa: BLE001 - a sweep never fails because of an alert

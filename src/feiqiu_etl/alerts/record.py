@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from feiqiu_etl.alerts.rules import Finding, ordered
+from feiqiu_etl.common.status import Status
 
 STATEMENT_TIMEOUT = "5s"
 
@@ -79,7 +80,7 @@ def alert_lines(alerts: list[dict[str, Any]]) -> list[str]:
     """``show``'s lines about a run's alerts (``alerts_of_run``)."""
     out = []
     for a in alerts:
-        state = "sent" if a.get("ok") else ("sending" if a.get("ok") is None else "FAILED")
+        state = "sent" if a.get("ok") else ("sending" if a.get("ok") is None else Status.FAILED)
         latency = f" in {a['latency_s']:.2f} s" if a.get("latency_s") is not None else ""
         error = f": {a['error']}" if a.get("error") else ""
         out.append(f"alert {', '.join(a.get('reasons') or [])} → {a['target']}: {state}{latency}"

@@ -6,7 +6,8 @@ same reason about the same subject is sent once per target (:mod:`.record`). The
 
 * the run id for the run's own reasons (``FAILED``, ``PARTIAL``, ``INTERRUPTED``, ``DEADLINE``, ``TIMEOUT``,
   ``TOKEN_REFUSED``, ``STORE_REFUSED``, ``BANNED``, ``RECONCILE``: a listing whose verdict is not ``ok`` or
-  ``refetched``, issue 25, tasks/ods/reconcile.py);
+  ``refetched``, issue 25, tasks/ods/reconcile.py; ``DELETIONS_HELD``: a snapshot's soft delete held back by the
+  deletion guard, issue 25, tasks/ods/deletions.py);
 * ``site/run`` for ``CONSECUTIVE_FAILURES``, raised exactly when a store's streak of failed runs reaches N
   (not again at N + 1: the streak is already known);
 * ``connector/site/task@fresh_until`` for ``STALE``: a store/task is reported once per age; after a fresh
@@ -24,18 +25,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-FAILED, PARTIAL, INTERRUPTED, TIMEOUT = "FAILED", "PARTIAL", "INTERRUPTED", "TIMEOUT"
-TOKEN_REFUSED, STORE_REFUSED, BANNED = "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
-CONSECUTIVE_FAILURES, STALE, TEST, DEADLINE = "CONSECUTIVE_FAILURES", "STALE", "TEST", "DEADLINE"
+from feiqiu_etl.common import exitcodes
+from feiqiu_etl.common.status import Status
+
+FAILED, PARTIAL, INTERRUPTED, DEADLINE = (s.value for s in (Status.FAILED, Status.PARTIAL, Status.INTERRUPTED,
+                                                           Status.DEADLINE))
+"""The reasons a run's status raises are named after the status."""
+TIMEOUT, TOKEN_REFUSED, STORE_REFUSED, BANNED = "TIMEOUT", "TOKEN_REFUSED", "STORE_REFUSED", "BANNED"
+CONSECUTIVE_FAILURES, STALE, TEST = "CONSECUTIVE_FAILURES", "STALE", "TEST"
 RECONCILE = "RECONCILE"
+DELETIONS_HELD = "DELETIONS_HELD"
 RECONCILE_ALERTED = ("short", "over", "unexpected_zero")
 """Listing verdicts that raise ``RECONCILE`` (``tasks.ods.reconcile.ALERTED``; here as data: rules import no task)."""
 
-STATUS_REASONS = {"FAILED": FAILED, "PARTIAL": PARTIAL, "INTERRUPTED": INTERRUPTED, "DEADLINE": DEADLINE}
+STATUS_REASONS = {Status.FAILED: FAILED, Status.PARTIAL: PARTIAL, Status.INTERRUPTED: INTERRUPTED,
+                  Status.DEADLINE: DEADLINE}
 """Run status → reason. A status not listed (SUCCESS, CANCELLED) raises nothing by itself."""
 
 REASONS = (FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES, BANNED, STORE_REFUSED, PARTIAL,
-           RECONCILE, DEADLINE, STALE, TEST)
+           DELETIONS_HELD, RECONCILE, DEADLINE, STALE, TEST)
 """Every reason, most severe first (a message's title names its first)."""
 
 RULE_NAMES = tuple(r.lower() for r in REASONS if r != TEST)
@@ -44,7 +52,6 @@ RULE_NAMES = tuple(r.lower() for r in REASONS if r != TEST)
 FAILURE_REASONS = frozenset({FAILED, INTERRUPTED, TIMEOUT, TOKEN_REFUSED, CONSECUTIVE_FAILURES})
 """Sent as Apprise's ``failure`` type; the others as ``warning`` (``TEST`` as ``info``)."""
 
-LANE_BUSY_EXIT = 6
 
 
 @dataclass(frozen=True)
@@ -62,13 +69,13 @@ def run_findings(summary: dict[str, Any], rules: Any) -> list[Finding]:
     record: ``run_id``, ``status``, ``error``); ``rules`` a :class:`~feiqiu_etl.alerts.config.RulesModel`.
     A run whose every lane was busy (exit 6: another run holds the token) raises nothing: nothing failed."""
     run_id, status = summary["run_id"], summary.get("status")
-    if summary.get("exit_code") == LANE_BUSY_EXIT:
+    if summary.get("exit_code") == exitcodes.LANE_BUSY:
         return []
     out: list[Finding] = []
     reason = STATUS_REASONS.get(status or "")
     if reason and getattr(rules, reason.lower(), False):
         out.append(Finding(reason, run_id, {"status": status, "error": summary.get("error")}))
-    if status == "CANCELLED" and rules.timeout and "timeout" in (summary.get("error") or ""):
+    if status == Status.CANCELLED and rules.timeout and "timeout" in (summary.get("error") or ""):
         out.append(Finding(TIMEOUT, run_id, {"error": summary.get("error")}))
     lanes = [lane for lane in summary.get("lanes") or [] if isinstance(lane, dict)]
     if rules.token_refused:
@@ -86,6 +93,10 @@ def run_findings(summary: dict[str, Any], rules: Any) -> list[Finding]:
                   for lane in lanes if (lane.get("banned") or 0) > 0]
         if banned:
             out.append(Finding(BANNED, run_id, {"lanes": banned}))
+    if getattr(rules, "deletions_held", False):
+        held = held_findings(summary.get("tasks") or [])
+        if held:
+            out.append(Finding(DELETIONS_HELD, run_id, {"held": held}))
     if getattr(rules, "reconcile", False):
         listings = reconcile_findings(summary.get("tasks") or [])
         if listings:
@@ -109,6 +120,18 @@ def reconcile_findings(tasks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def held_findings(tasks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every task of the run whose snapshot soft delete the deletion guard held back: ``{task, site_id, held,
+    live, share, empty}``."""
+    out = []
+    for t in tasks:
+        d = t.get("deletions") if isinstance(t, dict) else None
+        if isinstance(d, dict) and d.get("held"):
+            out.append({"task": t.get("task"), "site_id": t.get("site_id"), "held": d["held"], "live": d.get("live"),
+                        "share": d.get("share"), "empty": bool(d.get("empty"))})
+    return out
+
+
 def store_outcome(run: dict[str, Any], site_id: int) -> str | None:
     """How store ``site_id`` did in ``run`` (a registry row with ``status``, ``exit_code`` and ``lanes`` = the
     summary's lanes): ``"failed"``, ``"ok"`` or None (does not count: lane busy, cancelled, still running)."""
@@ -117,11 +140,11 @@ def store_outcome(run: dict[str, Any], site_id: int) -> str | None:
             if store.get("site_id") == site_id:
                 if lane.get("busy"):
                     return None
-                return "failed" if store.get("status") == "FAILED" else (
-                    None if store.get("status") == "CANCELLED" else "ok")
-    if run.get("exit_code") == LANE_BUSY_EXIT or run.get("status") in ("CANCELLED", "RUNNING"):
+                return "failed" if store.get("status") == Status.FAILED else (
+                    None if store.get("status") == Status.CANCELLED else "ok")
+    if run.get("exit_code") == exitcodes.LANE_BUSY or run.get("status") in (Status.CANCELLED, Status.RUNNING):
         return None
-    return "failed" if run.get("status") in ("FAILED", "INTERRUPTED") else "ok"
+    return "failed" if run.get("status") in (Status.FAILED, Status.INTERRUPTED) else "ok"
 
 
 def failure_streak(runs: Iterable[dict[str, Any]], site_id: int) -> int:

@@ -87,20 +87,22 @@ class _Jittered(wait_base):
         return seconds + self.rng.uniform(0, self.share * seconds)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnvelopeRules:
-    """Where the envelope keeps its fields and what each business code means (upstream-api.md §2.1)."""
+    """Where the envelope keeps its fields and what each business code means (upstream-api.md §2.1). No
+    defaults: the values are the connector file's ``api.envelope`` and ``api.errors``, read once
+    (:func:`feiqiu_etl.runner.flow_runner.envelope_rules`)."""
 
-    code_field: str = "code"
-    ok_code: int = 0
-    message_field: str = "msg"
-    data_field: str = "data"
-    retry: frozenset[int] = frozenset({42901, 42902, 50001})
-    rate_limited: frozenset[int] = frozenset({42901, 42902})
-    retry_after_field: str = "retryAfter"
-    abort_run: frozenset[int] = frozenset({40101})
-    abort_site: frozenset[int] = frozenset({40103})
-    not_found: frozenset[int] = frozenset({40401})
+    code_field: str
+    ok_code: int
+    message_field: str
+    data_field: str
+    retry: frozenset[int]
+    rate_limited: frozenset[int]
+    retry_after_field: str
+    abort_run: frozenset[int]
+    abort_site: frozenset[int]
+    not_found: frozenset[int]
 
 
 class APIClient:
@@ -114,7 +116,7 @@ class APIClient:
         timeout: float = 30.0,
         connect_timeout: float | None = None,
         retry: RetryPolicy = RetryPolicy(),
-        rules: EnvelopeRules = EnvelopeRules(),
+        rules: EnvelopeRules,
         rng: random.Random | None = None,
         transport: httpx.BaseTransport | None = None,
     ):

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, setup_logging
 from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl.textsafe import escape, terminal_json

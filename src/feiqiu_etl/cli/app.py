@@ -88,7 +88,7 @@ def entry() -> None:
             exc.show()
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):  # a signal before a run took over, or in a command
-        from feiqiu_etl import exitcodes
+        from feiqiu_etl.common import exitcodes
 
         click.echo("interrupted: stopped before finishing", err=True)
         _exit_now(exitcodes.CANCELLED)
@@ -100,7 +100,7 @@ def entry() -> None:
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         import psycopg
 
-        from feiqiu_etl import exitcodes
+        from feiqiu_etl.common import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
 
         text = escape(one_line(exc, 400, with_type=False))

@@ -117,7 +117,8 @@ def _lanes(settings, connector, fleet) -> list[dict]:
 
 def _named(settings) -> list[dict]:
     """The named settings: secrets as set/not set (the token by its fingerprint), the DSN without its password."""
-    from feiqiu_etl.config.settings import fingerprint, reveal
+    from feiqiu_etl.common.lanes import fingerprint
+    from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import redact_dsn
     from feiqiu_etl.db.embedded import describe_data_folder, etl_home
 

@@ -139,7 +139,7 @@ def _supervise(commands: list[list[str]], env: dict, cwd: Path) -> int:
     one that ended first."""
     import time
 
-    from feiqiu_etl import exitcodes
+    from feiqiu_etl.common import exitcodes
 
     children = [subprocess.Popen(args, env=env, cwd=cwd, start_new_session=True) for args in commands]
     asked: list[float] = []

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import (common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts,
                                     warehouse)
 from feiqiu_etl.runner.launch import UsageFailure

@@ -13,7 +13,9 @@ from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_o
     warehouse
 from feiqiu_etl.runner.launch import UsageFailure
 from feiqiu_etl import registry
+from feiqiu_etl.app.reads import run_detail
 from feiqiu_etl.textsafe import escape
+from feiqiu_etl.common.status import RECORDED, Status
 
 
 def _resolve(conn: psycopg.Connection, run_id: str) -> str:
@@ -51,7 +53,7 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
 
 @click.group(invoke_without_command=True)
 @click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
-@click.option("--status", type=click.Choice(registry.STATUSES, case_sensitive=False), help="only runs with this status")
+@click.option("--status", type=click.Choice([s.value for s in RECORDED], case_sensitive=False), help="only runs with this status")
 @click.option("--store", type=int, help="only runs that included this store (site id)")
 @dsn_option
 @json_option
@@ -74,7 +76,7 @@ def runs(ctx, limit, status, store, dsn, demo, as_json, verbose, log_format) -> 
         return
     from feiqiu_etl.report import render_runs
 
-    render_runs(rows)
+    render_runs([r.to_dict() for r in rows])
 
 
 @click.command()
@@ -87,16 +89,16 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     counts, every error, timings and the run's stored log."""
     setup_logging(verbose, log_format)
     with warehouse(dsn, demo) as conn:
-        run = registry.get_run(conn, _resolve(conn, run_id))
+        run = run_detail(conn, _resolve(conn, run_id))
     if as_json:
         echo_json(run)
         return
     from feiqiu_etl.report import render_show
 
-    render_show(run)
+    render_show(run.to_dict())
     from feiqiu_etl.alerts.record import alert_lines
 
-    for line in alert_lines(run.get("alerts") or []):
+    for line in alert_lines(run.alerts or []):
         say(line)
 
 
@@ -116,7 +118,7 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         from feiqiu_etl.report import render_status
 
         if not watch:
-            render_status(registry.running(conn))
+            render_status([r.to_dict() for r in registry.running(conn)])
             return
         from rich.console import Group
         from rich.live import Live
@@ -129,30 +131,31 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
             try:
                 while True:
                     current = registry.running(conn)
-                    ids = {r["run_id"] for r in current}
+                    ids = {r.run_id for r in current}
                     for rid in [w for w in watched if w not in ids]:  # ended since the last look: say how
                         watched.remove(rid)
                         live.console.print(_ended(conn, rid))
-                    watched += [r["run_id"] for r in current if r["run_id"] not in watched]
+                    watched += [r.run_id for r in current if r.run_id not in watched]
                     seen_any = seen_any or bool(current)
                     if not current:
                         break
-                    shown = [recorded_live(r.get("live")) for r in current]
+                    shown = [recorded_live(r.live) for r in current]
                     live.update(Group(*[progress_view(s) for s in shown if s is not None]))
                     time.sleep(1)
             except KeyboardInterrupt:
                 seen_any = False
             live.update(Group())
         if not seen_any:  # nothing was running (or Ctrl-C): the one-shot status
-            render_status(registry.running(conn))
+            render_status([r.to_dict() for r in registry.running(conn)])
 
 
 def _ended(conn: psycopg.Connection, run_id: str) -> str:
     """``run X ended CANCELLED (exit 5)`` (and its one-line error) for ``status --watch``."""
-    run = registry.get_run(conn, run_id, with_log=False) or {}
-    code = run.get("exit_code")
-    error = f": {run['error']}" if run.get("error") else ""
-    return f"run {run_id} ended {run.get('status', '?')} (exit {'-' if code is None else code}){error}"
+    run = registry.get_run(conn, run_id, with_log=False)
+    if run is None:
+        return f"run {run_id} ended ? (exit -)"
+    error = f": {run.error}" if run.error else ""
+    return f"run {run_id} ended {run.status} (exit {'-' if run.exit_code is None else run.exit_code}){error}"
 
 
 @click.command()
@@ -170,19 +173,19 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
         rid = _resolve(conn, run_id)
         asked = time.monotonic()
         before = registry.request_cancel(conn, rid)
-        if before != "RUNNING":
+        if before != Status.RUNNING:
             raise UsageFailure(f"run {rid} is not running (status {before})")
-        final = "RUNNING"
+        final = Status.RUNNING
         while wait_s and time.monotonic() - asked < wait_s:
             run = registry.get_run(conn, rid, with_log=False)
-            final = run["status"] if run else "?"
-            if final != "RUNNING":
+            final = run.status if run else "?"
+            if final != Status.RUNNING:
                 break
             time.sleep(0.05)
         took = time.monotonic() - asked
     if as_json:
         echo_json({"run_id": rid, "requested": True, "status": final, "seconds": round(took, 3)})
-    elif final == "RUNNING":
+    elif final == Status.RUNNING:
         say(f"cancel requested for run {rid}; it is still finishing (see feiqiu-etl status)")
     else:
         say(f"run {rid}: {final} ({took:.2f} s after the cancel)")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, \
     setup_logging, warehouse
 from feiqiu_etl.registry import state as bookkeeping
@@ -110,10 +110,13 @@ def show(store_text, task_code, connector_path, dsn, demo, as_json, verbose, log
             _known_store(conn, connector, site_id)
         data = bookkeeping.read_state(conn, connector.name, site_id=site_id, task=spec.code if spec else None,
                                       watermark_tables=_watermark_tables(), dwd_tables=dwd)
+        from feiqiu_etl.tasks.ods.deletions import pending
+
+        held = pending(conn, connector.name, site_id=site_id, task=spec.code if spec else None)
     kinds = {t.code: t.kind for t in connector.tasks}
     for entry in data["tasks"]:
         entry["kind"] = kinds.get(entry["task"], "unknown")
-    data = {"connector": connector.name, "window_zone": UPSTREAM_ZONE, **data}
+    data = {"connector": connector.name, "window_zone": UPSTREAM_ZONE, **data, "held_deletions": held}
     if as_json:
         echo_json(data)
         return
@@ -148,6 +151,11 @@ def _render(data: dict[str, Any]) -> None:
     from feiqiu_etl.report import fits, fitted, header_zone, stdout_console
 
     console = stdout_console()
+    for h in data.get("held_deletions") or []:  # issue 25: soft deletions the deletion guard held back
+        say(f"deletions held back for store {h['site_id']} {h['task']}: {h['keys']} of {h['live_rows']} live row(s)"
+            f"{' (an empty snapshot)' if h['empty'] else ''} since run {h['run_id']}; applied when a later complete "
+            f"snapshot misses them again, or by `feiqiu-etl state accept-deletions --store {h['site_id']} "
+            f"--task {h['task']}`")
     if not data["tasks"] and not data["dwd"]:
         console.print("no state recorded yet (a run records it)")
         return
@@ -284,3 +292,47 @@ def _done(scope: bookkeeping.ResetScope, outcome: bookkeeping.ResetOutcome) -> s
         parts.append(f"DWD watermarks forgotten: {', '.join(outcome.dwd_watermarks) or 'none recorded'}")
     return (f"reset #{outcome.reset_id} by {outcome.user}: {scope.task_code} at store {scope.site_id}: "
             f"{'; '.join(parts)}; the next run fetches it again")
+
+
+# --------------------------------------------------------------------------------------------------- accept
+@state.command("accept-deletions")
+@click.option("--store", "store_text", metavar="SITE_ID", help="the store (required)")
+@click.option("--task", "task_code", help="the snapshot task (required), e.g. ODS_GOODS")
+@click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)")
+@dsn_option
+@json_option
+@common_options
+def accept_deletions(store_text, task_code, connector_path, dsn, demo, as_json, verbose, log_format) -> None:
+    """Apply at once the soft deletions the deletion guard held back for a store's snapshot task (issue 25:
+    a snapshot that would remove more than integrity.max_delete_share and integrity.max_delete_rows of the
+    live rows, or an empty one). Recorded with the OS user in etl_meta.deletion_hold; the next DWD load closes
+    those versions. Exit 6 while a run holds the store's lane, 2 for bad input (nothing changed then)."""
+    from feiqiu_etl.tasks.ods import deletions
+    from feiqiu_etl.tasks.ods.rows import layouts_for
+
+    setup_logging(verbose, log_format)
+    site_id = _store(store_text, required=True)
+    if task_code is None:
+        raise UsageFailure("state accept-deletions needs --store SITE_ID and --task TASK_CODE")
+    connector = _connector(connector_path)
+    spec = _spec(connector, task_code)
+    if spec.is_snapshot is False:
+        raise UsageFailure(f"{spec.code} is a windowed task: only a snapshot deletes, nothing is ever held back")
+    timeout = settings({"db_dsn": dsn}).state.reset_timeout
+    with warehouse(dsn, demo) as conn:
+        _known_store(conn, connector, site_id)
+        try:
+            done = deletions.accept(conn, layouts_for(spec)[spec.table], connector=connector.name, task=spec.code,
+                                    site_id=site_id, user=bookkeeping.os_user(),
+                                    hold_store=bookkeeping.hold_store, timeout=timeout)
+        except bookkeeping.StoreBusy as exc:
+            raise StoreBusyFailure(str(exc)) from None
+    if as_json:
+        echo_json({"store": site_id, "task": spec.code, **done.to_dict()})
+        return
+    if done.hold_id is None:
+        say(f"no deletions are held back for {spec.code} at store {site_id}: nothing to accept")
+        return
+    say(f"deletions accepted (hold #{done.hold_id}, held by run {done.run_id}) by {done.user}: {spec.code} at store "
+        f"{site_id}: {done.deleted} of {done.keys} held row(s) soft-deleted now (the others were gone or back "
+        "already); the next DWD load closes their versions")

@@ -63,15 +63,28 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, de
     schedule = schedule_for(fleet_path, connector)
     sock = listen(host, port)
     try:
-        _serve(sock, host, config, stale_hours, connector, demo, verbose, schedule)
+        _serve(sock, host, config, stale_hours, connector, demo, verbose,
+               {"schedule": schedule, "store_names": _store_names(fleet_path)})
     finally:
         sock.close()
 
 
+def _store_names(fleet_path: str | None) -> dict[int, str]:
+    """``{site_id: name}`` of the fleet file's stores that have a name (the page shows them); {} without one
+    (the file was validated already by ``schedule_for``)."""
+    if not fleet_path:
+        return {}
+    from feiqiu_etl.plan.fleet import load_fleet
+
+    return {s.site_id: s.name for lane in load_fleet(fleet_path).lanes for s in lane.stores if s.name}
+
+
 def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector, demo: bool, verbose: int,
-           schedule=None) -> None:
+           fleet: dict | None = None) -> None:
     """Serve on ``sock`` with the command's :class:`~feiqiu_etl.config.Settings` ``config`` (web token, DSN,
-    run and database timeouts) and the freshness ``schedule`` until a signal stops it."""
+    run and database timeouts, web language) and what the fleet file says (``fleet``: the freshness
+    ``schedule`` and the ``store_names``) until a signal stops it."""
+    fleet = fleet or {}
     import uvicorn
 
     from feiqiu_etl.config.settings import reveal
@@ -87,8 +100,10 @@ def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector
             pass
         settings = WebSettings(
             dsn=real_dsn, token=token, host=host, connector=connector.name,
-            task_codes=tuple(t.code for t in connector.tasks), schedule=schedule, stale_hours=stale_hours,
-            run_stale_after=config.run.stale_after, connect_timeout=config.db.connect_timeout)
+            task_codes=tuple(t.code for t in connector.tasks), schedule=fleet.get("schedule"), stale_hours=stale_hours,
+            run_stale_after=config.run.stale_after, connect_timeout=config.db.connect_timeout,
+            language=config.web.language, task_names={t.code: dict(t.names) for t in connector.tasks},
+            store_names=fleet.get("store_names") or {})
         app = create_app(settings)
         server = _server(uvicorn.Config(
             app, log_config=None, log_level="info" if verbose else "warning", access_log=verbose > 0, lifespan="on",

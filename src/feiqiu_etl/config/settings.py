@@ -33,11 +33,10 @@ variables ``FEIQIU_API_TOKEN``, ``FEIQIU_API_BASE``, ``ETL_DB_DSN``, ``FEIQIU_WE
 from __future__ import annotations
 
 import enum
-import hashlib
 import os
 import typing
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Literal, Mapping, NamedTuple
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, TypeAdapter, ValidationError,
                       field_validator)
@@ -146,6 +145,11 @@ class IntegritySection(_Section):
                             "the trailing median of those weekdays is at least this many rows is unexpected_zero "
                             "(fetched once more, alerted); 0 = off (default: the connector's)")
     zero_weeks: int = Field(4, ge=2, le=52, description="weeks back the trailing median of a weekday reads")
+    max_delete_share: float = Field(0.2, ge=0, le=1, description="a complete snapshot whose soft delete would remove "
+                                    "more than this share of a store's live rows of the table (and more than "
+                                    "max_delete_rows) is held back until confirmed (issue 25; default: the connector's)")
+    max_delete_rows: int = Field(5, ge=0, le=10_000_000, description="... and more than this many rows (default: "
+                                 "the connector's)")
 
 
 class DbSection(_Section):
@@ -207,6 +211,12 @@ class DisplaySection(_Section):
         return value.strip()
 
 
+class WebSection(_Section):
+    language: Literal["auto", "zh-CN", "zh", "en"] = Field(
+        "auto", description="the web page's language: `auto` (the browser's Accept-Language), `zh-CN` (`zh`) or "
+                            "`en`; the page's switch overrides it per browser (cookie) (issue 29)")
+
+
 def _named(env: str, flag: str | None = None) -> dict:
     return {"env": env, "flag": flag}
 
@@ -240,6 +250,7 @@ class Settings(BaseSettings):
     sql: SqlSection = SqlSection()
     state: StateSection = StateSection()
     display: DisplaySection = DisplaySection()
+    web: WebSection = WebSection()
     api_token: SecretStr | None = Field(None, json_schema_extra=_named("FEIQIU_API_TOKEN", "--token"))
     api_base: str | None = Field(None, json_schema_extra=_named("FEIQIU_API_BASE", "--api-base"))
     db_dsn: SecretStr | None = Field(None, json_schema_extra=_named("ETL_DB_DSN", "--dsn"))
@@ -319,7 +330,8 @@ class Resolved(NamedTuple):
 
 _BUILT_IN_PIPELINE = PipelineConfig()
 _SECTIONS: dict[str, type[BaseModel]] = {name: Settings.model_fields[name].annotation for name in (
-    "pipeline", "dwd", "window", "api", "lane", "detail", "integrity", "db", "run", "progress", "sql", "state", "display")}
+    "pipeline", "dwd", "window", "api", "lane", "detail", "integrity", "db", "run", "progress", "sql", "state", "display",
+    "web")}
 NAMED: dict[str, str] = {field.json_schema_extra["env"]: name for name, field in Settings.model_fields.items()
                          if isinstance(field.json_schema_extra, dict)}
 """The named environment variables and their fields (``FEIQIU_API_TOKEN`` → ``api_token`` …)."""
@@ -504,11 +516,6 @@ def env_to_key(name: str) -> str | None:
                 return f"{ns}.{task}.{key}"
         return f"{ns}.{rest}"
     return None
-
-
-def fingerprint(secret: str) -> str:
-    """First 12 hex digits of SHA-256 of ``secret``: stable, short, and useless for calling the API."""
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()[:12]
 
 
 def reveal(secret: SecretStr | None) -> str | None:

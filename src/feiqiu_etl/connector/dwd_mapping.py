@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from feiqiu_etl.connector.yamldoc import describe, read_yaml
+from feiqiu_etl.common.yamldoc import Strict, read_yaml, validate
 
 CastName = Literal["TXT", "INT", "ID", "REF", "SREF", "MNY", "DEC", "TS", "DT", "BOOL", "JSONB"]
 SqlType = Literal[
@@ -187,10 +187,6 @@ class DwdMapping:
 # ---------------------------------------------------------------------------------------- pydantic models
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _check_ident(v: str) -> str:
     if not _IDENT.match(v):
         raise ValueError(f"not a lower-case SQL identifier starting with a letter: {v!r}")
@@ -203,12 +199,12 @@ def _check_qualified(v: str) -> str:
     return v
 
 
-class WhenModel(_Strict):
+class WhenModel(Strict):
     field: str = Field(pattern=_FIELD.pattern)
     equals: str = Field(min_length=1)
 
 
-class ColumnModel(_Strict):
+class ColumnModel(Strict):
     column: str
     type: SqlType
     cast: CastName
@@ -236,7 +232,7 @@ class ColumnModel(_Strict):
         return DwdColumn(self.column, self.type, self.cast, tuple(self.field.split(".")), when)
 
 
-class _TableModel(_Strict):
+class _TableModel(Strict):
     table: str
     source: str
     business_key: list[str] = Field(min_length=1)
@@ -305,7 +301,7 @@ class DimensionModel(_TableModel):
                         tuple(c.to_column() for c in self.columns), tuple(self.tracked), tuple(self.type1))
 
 
-class MappingModel(_Strict):
+class MappingModel(Strict):
     dimensions: list[DimensionModel] = []
     facts: list[FactModel] = []
 
@@ -343,12 +339,8 @@ def load_dwd_mapping(path: str | Path | None = None) -> DwdMapping:
 def parse_dwd_mapping(raw: object, source: Path | None = None) -> DwdMapping:
     """Validate an already-parsed mapping document (see :func:`load_dwd_mapping`)."""
     where = str(source) if source else "<mapping>"
-    if not isinstance(raw, dict):
-        raise DwdMappingError(f"{where}: a DWD mapping must be a YAML mapping with 'dimensions' and 'facts'")
-    try:
-        model = MappingModel.model_validate(raw)
-    except ValidationError as exc:
-        raise DwdMappingError(f"{where}: {describe(exc, raw, root='mapping')}") from None
+    model = validate(raw, MappingModel, DwdMappingError, where, root="mapping",
+                     expect="a DWD mapping must be a YAML mapping with 'dimensions' and 'facts'")
     return DwdMapping(
         dimensions=tuple(d.to_table() for d in model.dimensions),
         facts=tuple(f.to_table() for f in model.facts),

@@ -7,15 +7,17 @@ This module never performs network or database I/O.
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from feiqiu_etl.connector.yamldoc import describe, read_yaml
-from feiqiu_etl.connector.spec import DetailSpec, KeyColumn, OdsTaskSpec
+from feiqiu_etl.common.yamldoc import Strict, load_definition, read_yaml
+from feiqiu_etl.connector.spec import DetailSpec, DueWhen, KeyColumn, OdsTaskSpec, OwedParent, run_order
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{1,62}$")
@@ -26,11 +28,7 @@ class ConnectorError(ValueError):
     """A connector file is missing, unreadable or invalid; ``str()`` is a one-line message."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KeyModel(_Strict):
+class KeyModel(Strict):
     field: str = Field(min_length=1)
     column: str
     type: Literal["bigint", "text", "integer"]
@@ -46,14 +44,14 @@ class KeyModel(_Strict):
         return KeyColumn(self.field, self.column, self.type)
 
 
-class EnvelopeModel(_Strict):
+class EnvelopeModel(Strict):
     code_field: str = "code"
     ok_code: int = 0
     message_field: str = "msg"
     data_field: str = "data"
 
 
-class PaginationModel(_Strict):
+class PaginationModel(Strict):
     page_param: str = "page"
     limit_param: str = "limit"
     first_page: int = Field(1, ge=0)
@@ -61,7 +59,7 @@ class PaginationModel(_Strict):
     max_pages: int = Field(5000, ge=1)
 
 
-class WindowModel(_Strict):
+class WindowModel(Strict):
     start_param: str = "startTime"
     end_param: str = "endTime"
     format: Literal["%Y-%m-%d %H:%M:%S"] = "%Y-%m-%d %H:%M:%S"   # the only format supported so far
@@ -69,29 +67,44 @@ class WindowModel(_Strict):
     max_days: float = Field(31, ge=1 / 24, le=366)   # at least one hour per segment
 
 
-class ErrorsModel(_Strict):
-    retry: list[int] = [42901, 42902, 50001]
-    rate_limited: list[int] = [42901, 42902]
+@functools.cache
+def _bundled_errors() -> dict[str, Any]:
+    """``api.errors`` of the bundled connector file (``feiqiu.yaml``), read once: the error codes' ONE place
+    (upstream-api.md §2.1), also the table of a connector file that names none."""
+    raw = read_yaml(default_connector_path(), ConnectorError, "connector file")
+    return dict(raw["api"]["errors"])
+
+
+class ErrorsModel(Strict):
+    """What each business code means (the client's :class:`~feiqiu_etl.api.client.EnvelopeRules`)."""
+
+    retry: list[int]
+    rate_limited: list[int]
     retry_after_field: str = "retryAfter"
-    abort_run: list[int] = [40101]
-    abort_site: list[int] = [40103]
-    not_found: list[int] = [40401]
+    abort_run: list[int]
+    abort_site: list[int]
+    not_found: list[int]
+
+    @classmethod
+    def bundled(cls) -> "ErrorsModel":
+        """The bundled connector's table (the default of ``api.errors``)."""
+        return cls.model_validate(_bundled_errors())
 
 
-class GapClassModel(_Strict):
+class GapClassModel(Strict):
     """An endpoint class of the upstream's risk control (upstream-api.md §2.2 rule 2)."""
 
     min_gap: float = Field(ge=0, le=3600, description="documented minimum gap after the previous response, s")
     description: str = ""
 
 
-class ApiModel(_Strict):
+class ApiModel(Strict):
     auth: Literal["bearer"] = "bearer"
     site_param: str = "siteId"
     envelope: EnvelopeModel = EnvelopeModel()
     pagination: PaginationModel = PaginationModel()
     window: WindowModel = WindowModel()
-    errors: ErrorsModel = ErrorsModel()
+    errors: ErrorsModel = Field(default_factory=ErrorsModel.bundled)
     timeout_seconds: float = Field(30.0, gt=0, le=600)  # default of the api.timeout setting
     gap_classes: dict[str, GapClassModel] = {"standard": GapClassModel(min_gap=0.0)}
     default_gap_class: str = "standard"
@@ -104,7 +117,15 @@ class ApiModel(_Strict):
         return self
 
 
-class DetailModel(_Strict):
+class DueWhenModel(Strict):
+    """``detail.due_when`` entry: a new, changed or deleted row of task ``changed`` makes the detail of the
+    parent named by the row's ``parent_field`` due (issue 25 part 6)."""
+
+    changed: str
+    parent_field: str = Field(min_length=1)
+
+
+class DetailModel(Strict):
     endpoint: str = Field(pattern=r"^/")
     params: dict[str, str] = Field(description="request body key -> list-record field (copied unchanged)")
     id_column: str
@@ -117,6 +138,8 @@ class DetailModel(_Strict):
                                         "newly appeared fields (schema drift); default: keep the stored detail")
     refetch_on_volatile: bool = Field(False, description="fetch the detail again when a parent's only change is in "
                                       "the task's volatile_fields (Q11); default: keep the stored detail")
+    due_when: list[DueWhenModel] = Field([], description="tasks whose changed rows make a parent's detail due "
+                                        "(the member's detail holds its cards: a changed card makes it due)")
 
     @field_validator("target_table")
     @classmethod
@@ -161,7 +184,7 @@ MAX_LOOKBACK_MINUTES = 31 * 24 * 60.0
 """The longest per-task look-back: one window of the API (upstream-api.md §1.2)."""
 
 
-class VolumeRange(_Strict):
+class VolumeRange(Strict):
     """A documented volume ``[low, high]`` (records); written as a two-item list in YAML."""
 
     low: int = Field(ge=0)
@@ -190,7 +213,7 @@ _PIPELINE_KEYS = {"workers", "queue_size", "batch_size", "batch_timeout", "rate_
                   "max_consecutive_failures"}
 
 
-class TaskModel(_Strict):
+class TaskModel(Strict):
     code: str
     endpoint: str = Field(pattern=r"^/")
     kind: Literal["snapshot", "windowed"]
@@ -205,6 +228,9 @@ class TaskModel(_Strict):
     detail: DetailModel | None = None
     gap_class: str | None = None
     description: str = ""
+    names: dict[Literal["zh", "en"], str] = Field({}, description="display names by language (zh: the contract's "
+                                                  "Chinese name, upstream-api.md §4; en); the web page shows them "
+                                                  "beside the code (issue 29)")
     volatile_fields: list[str] = Field([], description="fields that change without moving updateTime "
                                        "(upstream-api.md Q11); a change in them alone asks for no detail")
     lookback_minutes: float | None = Field(None, ge=0, le=MAX_LOOKBACK_MINUTES, description=
@@ -259,20 +285,22 @@ class TaskModel(_Strict):
         return self
 
 
-class IntegrityModel(_Strict):
+class IntegrityModel(Strict):
     """How far a listing is trusted (issue 25, tasks/ods/reconcile.py): extra listings per task and run fetched
     again from page 1, the rows a day usually has for 0 rows to be unexpected, weeks of the trailing median."""
 
     refetch_listings: int = Field(2, ge=0, le=1000)
     zero_floor: int = Field(20, ge=0)
     zero_weeks: int = Field(4, ge=2, le=52)
+    max_delete_share: float = Field(0.2, ge=0, le=1)
+    max_delete_rows: int = Field(5, ge=0, le=10_000_000)
 
 
-class ConnectorModel(_Strict):
+class ConnectorModel(Strict):
     name: str
     description: str = ""
-    api: ApiModel = ApiModel()
-    integrity: IntegrityModel = IntegrityModel()
+    api: ApiModel = Field(default_factory=ApiModel)
+    integrity: IntegrityModel = Field(default_factory=IntegrityModel)
     dwd_mapping: str | None = None
     tasks: list[TaskModel] = Field(min_length=1)
 
@@ -285,6 +313,14 @@ class ConnectorModel(_Strict):
             if t.page_size > self.api.pagination.max_limit:
                 raise ValueError(f"task {t.code}: page_size {t.page_size} exceeds api.pagination.max_limit "
                                  f"{self.api.pagination.max_limit}")
+        codes = {t.code for t in self.tasks}
+        for t in self.tasks:
+            for rule in (t.detail.due_when if t.detail else ()):
+                if rule.changed not in codes or rule.changed == t.code:
+                    raise ValueError(f"task {t.code}: detail.due_when.changed {rule.changed!r} is not another task "
+                                     "of this connector")
+                if len(t.keys) != 1:
+                    raise ValueError(f"task {t.code}: detail.due_when needs a parent with one key column")
         seen: set[str] = set()
         tables: set[str] = set()
         for t in self.tasks:
@@ -334,7 +370,14 @@ class Connector:
         self.model = model
         self.source = source
         self.api = model.api
-        self.tasks: tuple[OdsTaskSpec, ...] = tuple(_to_spec(t, model.api.default_gap_class) for t in model.tasks)
+        specs = [_to_spec(t, model.api.default_gap_class) for t in model.tasks]
+        owed: dict[str, list[OwedParent]] = {}
+        for spec in specs:  # the child's side of every detail.due_when rule
+            for rule in (spec.detail.due_when if spec.detail else ()):
+                owed.setdefault(rule.changed, []).append(
+                    OwedParent(spec.code, spec.table, spec.keys[0], rule.parent_field))
+        self.tasks: tuple[OdsTaskSpec, ...] = tuple(
+            replace(s, owes_details=tuple(owed[s.code])) if s.code in owed else s for s in specs)
         self._by_code = {t.code: t for t in self.tasks}
 
     @property
@@ -352,9 +395,11 @@ class Connector:
             raise KeyError(f"unknown task {code!r}; known: {', '.join(self._by_code)}") from None
 
     def select(self, codes: list[str] | None) -> tuple[OdsTaskSpec, ...]:
+        """The tasks of ``codes`` (None or empty: all) in run order (:func:`~feiqiu_etl.connector.spec.run_order`:
+        a task whose detail is due when another task's rows changed runs after it)."""
         if not codes:
-            return self.tasks
-        return tuple(self.task(c) for c in codes)
+            return run_order(self.tasks)
+        return run_order([self.task(c) for c in codes])
 
     def dwd_mapping_path(self) -> Path | None:
         if not self.model.dwd_mapping:
@@ -378,6 +423,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
             parent=d.parent.to_key(),
             refetch_on_new_fields=d.refetch_on_new_fields,
             refetch_on_volatile=d.refetch_on_volatile,
+            due_when=tuple(DueWhen(r.changed, r.parent_field) for r in d.due_when),
         )
     window_column = t.window_column or (snake_case(t.window_field) if t.window_field else None)
     return OdsTaskSpec(
@@ -395,6 +441,7 @@ def _to_spec(t: TaskModel, default_gap_class: str) -> OdsTaskSpec:
         detail=detail,
         gap_class=t.gap_class or default_gap_class,
         description=t.description,
+        names=dict(t.names),
         volatile_fields=tuple(t.volatile_fields),
         lookback=timedelta(minutes=t.lookback_minutes) if t.lookback_minutes is not None else None,
         expected_rows=t.expected_rows.pair() if t.expected_rows else None,
@@ -412,11 +459,6 @@ def load_connector(path: str | Path | None = None) -> Connector:
     Raises :class:`ConnectorError` with ``"<file>: tasks[3] (ODS_X).keys[0] (memberId).type: <problem>"``.
     """
     p = Path(path) if path else default_connector_path()
-    raw = read_yaml(p, ConnectorError, "connector file")
-    if not isinstance(raw, dict):
-        raise ConnectorError(f"{p}: a connector file must be a YAML mapping")
-    try:
-        model = ConnectorModel.model_validate(raw)
-    except ValidationError as exc:
-        raise ConnectorError(f"{p}: {describe(exc, raw, root='connector')}") from None
+    model = load_definition(p, ConnectorModel, ConnectorError, what="connector file", root="connector",
+                            expect="a connector file must be a YAML mapping")
     return Connector(model, p)

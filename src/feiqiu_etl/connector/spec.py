@@ -51,6 +51,29 @@ class KeyColumn:
 
 
 @dataclass(frozen=True)
+class DueWhen:
+    """A rule that makes a parent's detail due without its list row changing (issue 25 part 6): a row of task
+    ``changed``'s table that is new, changed or soft-deleted makes the detail of the parent whose key is in that
+    row's field ``parent_field`` due (the member's detail holds the member's cards: a card that changed in the
+    card snapshot means a stale detail)."""
+
+    changed: str
+    parent_field: str
+
+
+@dataclass(frozen=True)
+class OwedParent:
+    """The child's side of a :class:`DueWhen` rule, on the ``changed`` task's spec: its rows' ``parent_field``
+    names a row of ``parent_table`` (key ``parent_key``) of task ``parent_task`` whose detail becomes owed
+    (``etl_meta.detail_pending``, in the transaction that writes the child's rows)."""
+
+    parent_task: str
+    parent_table: str
+    parent_key: KeyColumn
+    parent_field: str
+
+
+@dataclass(frozen=True)
 class DetailSpec:
     """Detail_Mode settings of a task (spec §3.6; upstream-api.md §5.1).
 
@@ -73,6 +96,9 @@ class DetailSpec:
     refetch_on_volatile: bool = False
     """False (default): a parent whose only change is in the task's ``volatile_fields`` (upstream-api.md Q11)
     is updated in ODS but keeps its stored detail (refreshed at its next other change). True: fetch it again."""
+    due_when: tuple[DueWhen, ...] = ()
+    """Other tasks whose changed rows make a parent's detail due (:class:`DueWhen`; the connector's
+    ``detail.due_when``). Such a task runs before this one in a run, so the detail is fetched the same night."""
 
     @property
     def parent_is_key(self) -> bool:
@@ -93,7 +119,8 @@ class OdsTaskSpec:
     incremental run reads again; None means the run's ``window.lookback_hours`` (lists whose window field can
     stay put when the record changes, Q13). ``expected_rows`` (snapshots: records of a store) and
     ``expected_daily_rows`` (windowed: records per day) are the contract's documented volume range
-    (upstream-api.md §4.1), which plans use before a store has history.
+    (upstream-api.md §4.1), which plans use before a store has history. ``names`` are display names by language
+    (``zh``: the contract's Chinese name, upstream-api.md §4; ``en``), shown by the web page beside the code.
     """
 
     code: str
@@ -110,10 +137,13 @@ class OdsTaskSpec:
     detail: DetailSpec | None = None
     gap_class: str = "standard"
     description: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)
     volatile_fields: tuple[str, ...] = ()
     lookback: timedelta | None = None
     expected_rows: tuple[int, int] | None = None
     expected_daily_rows: tuple[int, int] | None = None
+    owes_details: tuple[OwedParent, ...] = ()
+    """Parents' details this task's changed rows make due (the other side of their ``detail.due_when``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("snapshot", "windowed"):
@@ -152,3 +182,18 @@ def split_table(qualified: str) -> tuple[str, str]:
     if not dot or not schema or not name or "." in name:
         raise ValueError(f"table name must be 'schema.table', got {qualified!r}")
     return schema, name
+
+
+def run_order(specs: "tuple[OdsTaskSpec, ...] | list[OdsTaskSpec]") -> tuple[OdsTaskSpec, ...]:
+    """``specs`` in the order a store runs them: as given, except that a task whose detail is due when another
+    selected task's rows changed (``detail.due_when``) runs after that task (stable otherwise)."""
+    out = list(specs)
+    for spec in list(out):
+        if spec.detail is None or not spec.detail.due_when:
+            continue
+        children = {rule.changed for rule in spec.detail.due_when}
+        last = max((i for i, s in enumerate(out) if s.code in children), default=-1)
+        here = out.index(spec)
+        if last > here:
+            out.insert(last, out.pop(here))
+    return tuple(out)

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import dagster as dg
 
+from feiqiu_etl.common import lanes
 from feiqiu_etl.connector.model import Connector, ConnectorError, load_connector
 from feiqiu_etl.dagster.checks import (COMPLETE, CheckVerdict, fresh_check_name, read_completeness,
                                        read_freshness)
@@ -31,7 +32,6 @@ from feiqiu_etl.dagster.outcome import judge_dwd, judge_ods
 from feiqiu_etl.dagster.step import check_result, materialize_result, run_in_step, warehouse, warn_unlimited_pool
 from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
-from feiqiu_etl.plan.model import Secret
 from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule, schedule_from_fleet
 
 DEFAULT_CRON = "0 3 * * *"
@@ -121,7 +121,7 @@ def lane_key(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str
     """The lane key ``<connector>:<token fingerprint>`` (what the PostgreSQL lane guard locks), or None when
     the lane's token is not in ``environ``."""
     token = (environ.get(lane.token_env) or "").strip()
-    return f"{connector}:{Secret(token).fingerprint()}" if token else None
+    return lanes.lane_key(connector, token) if token else None
 
 
 def pool_name(connector: str, lane: LaneModel, environ: Mapping[str, str]) -> str:

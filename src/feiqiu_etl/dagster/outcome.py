@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from feiqiu_etl.runner.results import BUSY, CANCELLED, FAILED, PARTIAL, LaneResult, RunResult, StoreResult
+from feiqiu_etl.common.status import Status
+from feiqiu_etl.runner.results import LaneResult, RunResult, StoreResult
 
 MAX_LISTED_ERRORS = 5
 
@@ -60,7 +61,7 @@ def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> d
     unchanged = sum(t.result.total_skipped for t in tasks)
     errors = [_error_line(t.task_code, e) for t in tasks for e in t.result.errors]
     meta: dict[str, Any] = {
-        "status": store.status,
+        "status": str(store.status),  # a plain str: Dagster serializes no foreign enum
         "rows": inserted + updated + unchanged,
         "rows_inserted": inserted,
         "rows_updated": updated,
@@ -75,7 +76,7 @@ def store_metadata(result: RunResult, lane: LaneResult, store: StoreResult) -> d
         "lane": lane.name,
         "lane_key": lane.key,
         "feiqiu_run_id": result.run_id,
-        "feiqiu_run_status": result.status,
+        "feiqiu_run_status": str(result.status),
     }
     if store.name:
         meta["store"] = store.name
@@ -102,20 +103,22 @@ def judge_ods(result: RunResult, site_ids: list[int], *, fail_on_partial: bool =
             found.add(store.site_id)
             meta = store_metadata(result, lane, store)
             metadata[str(store.site_id)] = meta
-            why = meta.get("reason") or ("cancelled" if store.status == CANCELLED else None)
-            if store.status in (FAILED, CANCELLED, BUSY) or (store.status == PARTIAL and fail_on_partial):
+            why = meta.get("reason") or ("cancelled" if store.status == Status.CANCELLED else None)
+            if store.status in (Status.FAILED, Status.CANCELLED, Status.BUSY) or \
+                    (store.status == Status.PARTIAL and fail_on_partial):
                 failed.append(f"store {store.site_id} {store.status}" + (f": {why}" if why else ""))
-            elif store.status == PARTIAL:
-                warnings.append(f"store {store.site_id} PARTIAL: {meta['errors']} error(s) recorded; everything "
+            elif store.status == Status.PARTIAL:
+                warnings.append(f"store {store.site_id} PARTIAL: {meta['errors']} error(s) recorded; "
+                                "everything "
                                 "else is loaded and the next run fetches what is owed")
     for site in site_ids:
         if site not in found:  # cannot happen for a plan built from the same fleet; say so rather than pass
             failed.append(f"store {site}: not in the run (is it still in the fleet file?)")
-    if result.status == CANCELLED and not failed:
+    if result.status == Status.CANCELLED and not failed:
         failed.append(f"run {result.run_id} was cancelled")
-    if result.error and failed and result.status in (FAILED, CANCELLED, BUSY):
+    if result.error and failed and result.status in (Status.FAILED, Status.CANCELLED, Status.BUSY):
         failed.append(result.error)
-    totals = {**result.totals(), "status": result.status, "feiqiu_run_id": result.run_id}
+    totals = {**result.totals(), "status": str(result.status), "feiqiu_run_id": result.run_id}
     failure = None
     if failed:
         failure = f"feiqiu-etl run {result.run_id} {result.status}: " + "; ".join(dict.fromkeys(failed))
@@ -127,7 +130,7 @@ def judge_dwd(result: RunResult) -> Verdict:
     dwd = result.dwd or {}
     tables = dwd.get("tables", [])
     meta: dict[str, Any] = {
-        "status": dwd.get("status", result.status),
+        "status": str(dwd.get("status", result.status)),
         "tables_succeeded": int(dwd.get("succeeded", 0)),
         "tables_failed": int(dwd.get("failed", 0)),
         "rows_inserted": sum(int(t.get("inserted", 0)) for t in tables),
@@ -141,9 +144,10 @@ def judge_dwd(result: RunResult) -> Verdict:
     status = meta["status"]
     failure = None
     warnings = []
-    if result.status in (FAILED, CANCELLED) or status in (FAILED, CANCELLED):
+    if result.status in (Status.FAILED, Status.CANCELLED) or status in (Status.FAILED, Status.CANCELLED):
         failure = f"feiqiu-etl run {result.run_id} {result.status}: DWD load {status}" + (
             f": {errors[0]}" if errors else (f": {result.error}" if result.error else ""))
-    elif status == PARTIAL:
-        warnings.append(f"DWD load PARTIAL: {meta['tables_failed']} table(s) rolled back: " + "; ".join(errors[:3]))
+    elif status == Status.PARTIAL:
+        warnings.append(f"DWD load PARTIAL: {meta['tables_failed']} table(s) rolled back: "
+                        + "; ".join(errors[:3]))
     return Verdict({"": meta}, failure, warnings, meta)

@@ -7,7 +7,8 @@ removed a run's stored log and request timeline, :mod:`feiqiu_etl.registry.reten
 earliest start ever planned incrementally (together: resume from the holes), detail requests still owed
 (retried on the next run) and who reset which of that bookkeeping when (``state_reset``: ``feiqiu-etl state
 reset``, :mod:`feiqiu_etl.registry.state`), and every listing's reconciliation against its total
-(``listing_reconcile``, issue 25: :mod:`feiqiu_etl.tasks.ods.reconcile`).
+(``listing_reconcile``, issue 25: :mod:`feiqiu_etl.tasks.ods.reconcile`), and the soft deletions a snapshot
+held back until they are confirmed (``deletion_hold``, issue 25: :mod:`feiqiu_etl.tasks.ods.deletions`).
 """
 
 from __future__ import annotations
@@ -197,6 +198,24 @@ CREATE TABLE IF NOT EXISTS etl_meta.lane_lock (
     pid         integer,
     acquired_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS etl_meta.deletion_hold (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    connector      text NOT NULL,
+    site_id        bigint NOT NULL,
+    task_code      text NOT NULL,
+    keys           jsonb NOT NULL,
+    live_rows      bigint NOT NULL,
+    empty_snapshot boolean NOT NULL,
+    held_at        timestamptz NOT NULL DEFAULT now(),
+    run_id         text NOT NULL,
+    status         text NOT NULL DEFAULT 'held' CHECK (status IN ('held', 'confirmed', 'accepted', 'withdrawn')),
+    decided_at     timestamptz,
+    decided_run    text,
+    decided_by     text,
+    applied        bigint
+);
+CREATE UNIQUE INDEX IF NOT EXISTS deletion_hold_one_held ON etl_meta.deletion_hold (connector, site_id, task_code)
+    WHERE status = 'held';
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Hashable
+from feiqiu_etl.common.status import Status
 
 
 @dataclass
@@ -110,7 +111,7 @@ class PipelineResult:
       ended (the writer drains on every stop, so only a writer stuck past its join deadline leaves any).
     """
 
-    status: str = "SUCCESS"
+    status: str = Status.SUCCESS
     total_requests: int = 0
     completed_requests: int = 0
     total_fetched: int = 0
@@ -146,13 +147,13 @@ class PipelineResult:
         self.timing = {k: round(v, 6) for k, v in timing.items()}
         self.timing["total"] = round(elapsed, 6)
         if aborted:
-            self.status = "FAILED"
+            self.status = Status.FAILED
         elif cancelled:
-            self.status = "CANCELLED"
+            self.status = Status.CANCELLED
         elif self.request_failures + self.processing_failures + self.write_failures > 0:
-            self.status = "PARTIAL"
+            self.status = Status.PARTIAL
         else:
-            self.status = "SUCCESS"
+            self.status = Status.SUCCESS
         return self
 
     def unreconciled(self) -> list[str]:

@@ -12,15 +12,31 @@ request of every pipeline using the lane goes through :meth:`RequestScheduler.se
 * **a pace** (optional, :class:`~feiqiu_etl.pipeline.pace.Pace`): to meet a deadline the drawn gap narrows toward
   its class's safe floor (never below it, never widened);
 * **a floor per gap class** (e.g. "standard" and "groupbuy" endpoints, upstream-api.md §2.2): after the
-  upstream said a request came too early (an exception with ``lane_backoff.kind == "throttled"``), every
-  later request of that class waits at least the gap the upstream demanded — for the rest of the lane's
-  life — and the lane says so once per class;
-* **demanded waits bind the lane, not the request**: an exception carrying ``lane_backoff`` (a
+  upstream said a request came too early (an exception with ``lane_backoff.kind == "throttled"``), later
+  requests of *that class* wait at least a learnt floor, and the lane says so once per class (issue 30: a
+  42901 costs what it costs upstream, a few gaps, not the night):
+
+  - rejected at a gap ``g`` at or above the class's documented minimum (``documented``): the floor is
+    ``g + floor_margin`` — the upstream's G is a little above ``g`` (or the rejection was a hiccup) — and it
+    *decays*: every success of the class takes ``floor_margin / FLOOR_DECAY_REQUESTS`` off it, and after
+    :data:`FLOOR_DECAY_REQUESTS` successes the floor is gone. Rejected again at or above that floor, the
+    class's floor becomes the upstream's own bound, ``g + retryAfter``, for the rest of the lane;
+  - rejected below the documented minimum (``--unsafe-gaps``): ``min(g + retryAfter, documented +
+    floor_margin)`` for the rest of the lane (the upstream enforces what it documents);
+  - a class without a documented minimum: ``g + retryAfter`` for the rest of the lane (all we know);
+  - a request rejected although it honoured a lasting floor does not ratchet it up (another client of the
+    token, or an upstream hiccup);
+* **demanded waits bind the next request, not every later one**: an exception carrying ``lane_backoff`` (a
   ``Retry-After``, a risk-control ``retryAfter``, a ban) or ``hold_lane_seconds`` (a timeout: the server
   may still be working) keeps the lane closed that long after the failed attempt ended, for whatever
-  request comes next — a retry or another task's request;
-* **fair sharing between tenants** (the stores of one account): when several pipelines wait for the lane
-  it is granted round-robin by ``tenant``, so one big store cannot starve the others;
+  request comes next — a retry or another task's request; the request after that owes its gap only;
+* **sharing between tenants** (the stores of one account): when several pipelines wait for the lane it is
+  granted round-robin by ``tenant``, so one big store cannot starve the others — or, once :meth:`rank` gave
+  the tenants an order, to the first tenant in that order that has a request ready (stores then complete one
+  after another, issue 30; the others fill the lane only while the leader has nothing to send). A request
+  granted to a later tenant that, when its gap is over, finds an earlier tenant waiting gives the lane back,
+  and its drawn gap with it (the earlier one waits no longer than that, for the same class: every gap runs from
+  the last response, so nothing is lost);
 * **a circuit breaker**: after ``max_transport_failures`` attempts in a row that raised an exception with
   ``transport_failure = True`` (connection refused, DNS, connect timeout) the lane *trips*: every later
   ``send`` raises :class:`LaneTripped` at once, so a dead upstream costs seconds, not one retry storm per task;
@@ -37,20 +53,29 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock
+from feiqiu_etl.pipeline.clock import SYSTEM_CLOCK, Clock, SystemClock
 from feiqiu_etl.pipeline.errors import Cancelled, LaneBackoff, LaneTripped
 from feiqiu_etl.pipeline.pace import Pace
 from feiqiu_etl.pipeline.rate_limiter import RateLimiter
 
 T = TypeVar("T")
 
+FLOOR_DECAY_REQUESTS = 20
+"""Successes of a class after which a floor learnt with a margin is gone (it shrinks linearly until then). 20
+requests at a 3 s gap are a minute: a second rejection, if the upstream's G really is higher, lands outside the
+60 s violation window of the first (upstream-api.md §2.2: three in 60 s ban the token)."""
+
 WAIT_REASONS = ("gap", "floor", "retry-after", "banned", "timeout-hold", "lane", "paused")
 """Why the next request is not sent yet: its drawn gap, the class floor, an upstream retry hint, a ban,
 a hold after a timed-out request, another tenant holding the lane, or the lane paused from outside (e.g.
 while the database that stores the rows is away)."""
+
+
+_GIVE_WAY = "give-way"
+"""What :meth:`RequestScheduler._wait_gap` returns when it stopped early because an earlier store waits."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +136,17 @@ class _Waiting:
 
 
 @dataclass
+class _Floor:
+    """A learnt floor of one gap class: ``seconds`` now; ``margin`` left to decay (0: it lasts) and by how much a
+    success takes off it (``step``)."""
+
+    seconds: float
+    margin: float = 0.0
+    step: float = 0.0
+    successes: int = 0
+
+
+@dataclass
 class _Due:
     at: float
     reason: str
@@ -121,12 +157,21 @@ class RequestScheduler:
 
     ``name`` labels statistics and log lines; ``max_transport_failures`` (None = never) arms the circuit
     breaker; ``logger`` receives the once-per-class floor notices and the trip; ``pace`` narrows the drawn gaps
-    toward safe floors (None: never).
+    toward safe floors (None: never); ``documented`` (``{gap class: s}``, connector ``api.gap_classes``) and
+    ``floor_margin`` (s, ``lane.safety_margin_seconds``) shape the floors learnt from a 42901 (module docstring).
     """
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, *, name: str = "lane",
                  max_transport_failures: int | None = None, logger: logging.Logger | None = None,
-                 observer: Callable[[AttemptRecord], None] | None = None, pace: Pace | None = None):
+                 observer: Callable[[AttemptRecord], None] | None = None, pace: Pace | None = None,
+                 documented: Mapping[str, float] | None = None, floor_margin: float = 0.3):
+        if floor_margin < 0:
+            raise ValueError(f"floor_margin must be >= 0 s, got {floor_margin}")
+        self._documented = dict(documented or {})
+        self._floor_margin = float(floor_margin)
+        self._rank: dict[Hashable | None, int] = {}
+        self._drawn: tuple[str | None, float] | None = None    # the gap class and gap of the request granted
+        self._handoff: tuple[str | None, float] | None = None  # ... left by a request that gave the lane back
         if max_transport_failures is not None and max_transport_failures < 1:
             raise ValueError(f"max_transport_failures must be >= 1, got {max_transport_failures}")
         self.name = name
@@ -142,7 +187,7 @@ class RequestScheduler:
         self._last_end: float | None = None          # end of the last response received (gaps run from it)
         self._last_attempt_end: float | None = None  # end of the last attempt, reached a server or not
         self._hold: _Due | None = None
-        self._floors: dict[str, float] = {}
+        self._floors: dict[str, _Floor] = {}
         self._sent = 0
         self._in_flight = False
         self._current: str | None = None
@@ -174,7 +219,14 @@ class RequestScheduler:
     def floor(self, gap_class: str | None) -> float:
         """The learnt minimum gap (s) of ``gap_class`` (0 when the upstream never complained)."""
         with self._cond:
-            return self._floors.get(gap_class or "", 0.0)
+            learnt = self._floors.get(gap_class or "")
+            return learnt.seconds if learnt is not None else 0.0
+
+    def rank(self, tenants: Iterable[Hashable | None]) -> None:
+        """Grant the lane to the first of ``tenants`` (in this order) that has a request waiting, instead of
+        round-robin; tenants not listed come after them, round-robin."""
+        with self._cond:
+            self._rank = {t: i for i, t in enumerate(tenants)}
 
     def pause(self, reason: str) -> None:
         """Send nothing until :meth:`resume` (a request already in flight finishes; cancel still works)."""
@@ -224,7 +276,10 @@ class RequestScheduler:
         """
         ticket = self._acquire(tenant, cancel_event)
         try:
-            reason = self._wait_gap(limiter, cancel_event, min_wait, gap_class, tenant, label)
+            while True:  # a later store gives the lane to an earlier one that waits, and waits its turn again
+                reason = self._wait_gap(limiter, cancel_event, min_wait, gap_class, tenant, label)
+                if not self._yield_to_earlier(ticket, cancel_event) and reason != _GIVE_WAY:
+                    break
             return self._call(fn, cancel_event, gap_class, abortable, label, tenant, reason)
         finally:
             self._release(ticket)
@@ -238,21 +293,59 @@ class RequestScheduler:
                 self._order.append(tenant)
             self._queue.append(ticket)
             self._grant()
-            while not ticket.granted:  # another tenant holds the lane: wait, noticing a cancel within 0.1 s
-                if cancel_event is not None and cancel_event.is_set():
-                    self._queue.remove(ticket)
-                    self._cancelled_waits += 1
-                    raise Cancelled()
-                if self._tripped:
-                    self._queue.remove(ticket)
-                    raise LaneTripped(self._tripped)
-                self._cond.wait(0.1)
+            if not ticket.granted and self._rank:
+                self._cond.notify_all()  # a later store waiting for its gap gives way at once
+            self._await_grant(ticket, cancel_event)
         return ticket
+
+    def _await_grant(self, ticket: _Waiting, cancel_event: threading.Event | None) -> None:
+        """Wait (lock held) until ``ticket`` is granted, noticing a cancel or a trip within 0.1 s."""
+        while not ticket.granted:  # another tenant holds the lane
+            if cancel_event is not None and cancel_event.is_set():
+                self._queue.remove(ticket)
+                self._cancelled_waits += 1
+                raise Cancelled()
+            if self._tripped:
+                self._queue.remove(ticket)
+                raise LaneTripped(self._tripped)
+            self._cond.wait(0.1)
+
+    def _yield_to_earlier(self, ticket: _Waiting, cancel_event: threading.Event | None) -> bool:
+        """With ranked tenants: when a tenant earlier than ``ticket``'s waits, give it the lane and wait for the
+        lane again (True); else False (send now)."""
+        with self._cond:
+            if not self._rank or not self._queue:
+                return False
+            mine = self._rank_of(ticket.tenant)
+            if min(self._rank_of(t.tenant) for t in self._queue) >= mine:
+                return False
+            ticket.granted = False
+            self._handoff = self._drawn
+            self._busy = False
+            self._current = None
+            self._current_tenant = None
+            self._due = None
+            self._queue.appendleft(ticket)
+            self._grant()
+            self._await_grant(ticket, cancel_event)
+            return True
+
+    def _rank_of(self, tenant: Hashable | None) -> int:
+        return self._rank.get(tenant, len(self._rank))
 
     def _grant(self) -> None:
         """Give the free lane to the first waiting ticket of the next tenant in round-robin order."""
         if self._busy or not self._queue:
             return
+        if self._rank:
+            best = min(self._rank_of(t.tenant) for t in self._queue)
+            if best < len(self._rank):
+                ticket = next(t for t in self._queue if self._rank_of(t.tenant) == best)
+                self._queue.remove(ticket)
+                ticket.granted = True
+                self._busy = True
+                self._cond.notify_all()
+                return
         for _ in range(len(self._order)):
             tenant = self._order[0]
             self._order.rotate(-1)
@@ -284,7 +377,16 @@ class RequestScheduler:
         if self._pace is not None:
             drawn = self._pace.gap(drawn, gap_class)
         with self._cond:
-            floor = self._floors.get(gap_class or "", 0.0)
+            if self._handoff is not None:
+                # a later store drew a gap and gave the lane back to this (earlier) one: it does not wait longer
+                # than that store would have (else every hand-over would cost the longer of two random gaps)
+                handed_class, handed = self._handoff
+                self._handoff = None
+                if handed_class == gap_class:
+                    drawn = min(drawn, handed)
+            self._drawn = (gap_class, drawn)
+            learnt = self._floors.get(gap_class or "")
+            floor = learnt.seconds if learnt is not None else 0.0
             now = self._clock.monotonic()
             gap, reason = drawn, "gap"
             if floor > gap:
@@ -303,7 +405,14 @@ class RequestScheduler:
             self._current_tenant = tenant
         remaining = due.at - now
         if remaining > 0:
-            cancelled = self._clock.wait(cancel_event, remaining)
+            if self._rank and isinstance(self._clock, SystemClock):
+                cancelled, earlier = self._wait_ranked(cancel_event, due.at, tenant)
+                if earlier and not cancelled:  # an earlier store is waiting: send() hands it the lane at once
+                    with self._cond:
+                        self._waited_seconds += max(0.0, self._clock.monotonic() - now)
+                    return _GIVE_WAY
+            else:
+                cancelled = self._clock.wait(cancel_event, remaining)
             with self._cond:
                 self._waited_seconds += max(0.0, self._clock.monotonic() - now)
                 if cancelled:
@@ -316,6 +425,23 @@ class RequestScheduler:
                 self._cancelled_waits += 1
             raise Cancelled()
         return "paused" if paused else (due.reason if remaining > 0 else None)
+
+    def _wait_ranked(self, cancel_event: threading.Event | None, at: float,
+                     tenant: Hashable | None) -> tuple[bool, bool]:
+        """Wait (real time) until ``at``, a cancel, or an earlier-ranked tenant queueing for the lane — whichever
+        comes first, within 50 ms for a cancel; returns ``(cancelled, an earlier tenant waits)``. So a hand-over to
+        the leader happens during the gap, not after it (no extra thread switch between the gap and the request)."""
+        mine = self._rank_of(tenant)
+        with self._cond:
+            while True:
+                if cancel_event is not None and cancel_event.is_set():
+                    return True, False
+                if any(self._rank_of(t.tenant) < mine for t in self._queue):
+                    return False, True
+                left = at - self._clock.monotonic()
+                if left <= 0:
+                    return False, False
+                self._cond.wait(min(left, 0.05))
 
     def _wait_unpaused(self, cancel_event: threading.Event | None) -> bool:
         """Hold the granted request while the lane is paused; True if it had to wait."""
@@ -385,6 +511,8 @@ class RequestScheduler:
         """Holds, floors and the breaker after one attempt (called with the lock held)."""
         if error is None or isinstance(error, Cancelled):
             self._transport_streak = 0
+            if error is None:
+                self._decay_floor(gap_class)
             return
         hold = float(getattr(error, "hold_lane_seconds", 0.0) or 0.0)
         if hold > 0:
@@ -400,7 +528,7 @@ class RequestScheduler:
             else:
                 self._throttled += 1
             if backoff.kind == "throttled" and gap_class is not None:
-                self._raise_floor(gap_class, (gap_at_send or 0.0) + backoff.seconds, backoff.detail, gap_at_send)
+                self._learn_floor(gap_class, gap_at_send or 0.0, backoff.seconds, backoff.detail)
         if getattr(error, "transport_failure", False):
             self._transport_streak += 1
             if self._max_transport is not None and self._transport_streak >= self._max_transport \
@@ -412,19 +540,54 @@ class RequestScheduler:
         else:
             self._transport_streak = 0
 
-    def _raise_floor(self, gap_class: str, seconds: float, detail: str, gap_at_send: float | None = None) -> None:
+    def _learn_floor(self, gap_class: str, gap: float, demanded: float, detail: str) -> None:
+        """A request of ``gap_class`` sent ``gap`` s after the last response was rejected as too early and the
+        upstream demanded ``demanded`` s more: the class's floor (rules in the module docstring)."""
         old = self._floors.get(gap_class)
-        if old is not None and (old >= seconds or (gap_at_send is not None and gap_at_send >= old)):
-            # Sent after the learnt floor and still rejected: not our spacing (another client of the token,
-            # or an upstream hiccup). The demanded wait holds the lane; the floor does not ratchet up.
+        documented = self._documented.get(gap_class)
+        margin = self._floor_margin
+        if old is not None and old.margin == 0.0 and gap >= old.seconds - 1e-9:
+            # Sent after a lasting floor and still rejected: not our spacing (another client of the token, or an
+            # upstream hiccup). The demanded wait holds the lane; the floor does not ratchet up.
             return
-        self._floors[gap_class] = seconds
-        if old is None:
-            self._log.warning("lane %s: the upstream rejected a %s request as too early%s; every later %s "
-                              "request of this run waits at least %.1f s", self.name, gap_class,
-                              f" ({detail})" if detail else "", gap_class, seconds)
+        if old is not None and gap >= old.seconds - 1e-9:
+            new = _Floor(gap + demanded)  # twice in this class at or above a learnt floor: the upstream's bound
+        elif documented is not None and gap >= documented - 1e-9 and margin > 0:
+            new = _Floor(gap + margin, margin, margin / FLOOR_DECAY_REQUESTS)
+        elif documented is not None:
+            new = _Floor(min(gap + demanded, max(documented + margin, gap + margin)))
         else:
-            self._log.info("lane %s: floor of %s raised from %.1f s to %.1f s", self.name, gap_class, old, seconds)
+            new = _Floor(gap + demanded)
+        if old is not None and old.seconds >= new.seconds:
+            return
+        self._floors[gap_class] = new
+        if old is None:
+            said = f" ({detail})" if detail else ""
+            if new.margin == 0.0:
+                self._log.warning("lane %s: the upstream rejected a %s request sent %.2f s after the last response as "
+                                  "too early%s; every later %s request of this run waits at least %.1f s", self.name,
+                                  gap_class, gap, said, gap_class, new.seconds)
+            else:
+                self._log.warning("lane %s: the upstream rejected a %s request sent %.2f s after the last response as "
+                                  "too early%s; the next %d %s requests wait at least %.2f s, less with each one "
+                                  "accepted", self.name, gap_class, gap, said, FLOOR_DECAY_REQUESTS, gap_class,
+                                  new.seconds)
+        else:
+            self._log.info("lane %s: floor of %s raised from %.2f s to %.2f s", self.name, gap_class, old.seconds,
+                           new.seconds)
+
+    def _decay_floor(self, gap_class: str | None) -> None:
+        """A success of ``gap_class``: a floor learnt with a margin shrinks by its step, and is gone after
+        :data:`FLOOR_DECAY_REQUESTS` successes."""
+        learnt = self._floors.get(gap_class or "")
+        if learnt is None or learnt.margin == 0.0:
+            return
+        learnt.successes += 1
+        learnt.seconds -= learnt.step
+        if learnt.successes >= FLOOR_DECAY_REQUESTS:
+            del self._floors[gap_class or ""]
+            self._log.info("lane %s: the floor of %s learnt from a rejection has decayed: %d requests in a row were "
+                           "accepted", self.name, gap_class, learnt.successes)
 
     # ------------------------------------------------------------------------------------------- observe
     def statistics(self) -> SchedulerStatistics:
@@ -440,7 +603,8 @@ class RequestScheduler:
                 current_tenant=self._current_tenant, last_gap=self._last_gap, next_due_in=due_in,
                 wait_reason=reason, waiting_tenants=len({t.tenant for t in self._queue}),
                 throttled=self._throttled, banned=self._banned, banned_seconds=self._banned_seconds,
-                floors=dict(self._floors), consecutive_transport_failures=self._transport_streak,
+                floors={c: round(f.seconds, 6) for c, f in self._floors.items()},
+                consecutive_transport_failures=self._transport_streak,
                 tripped=self._tripped, cancelled_waits=self._cancelled_waits, aborted_in_flight=self._aborted,
                 busy_seconds=self._busy_seconds, waited_seconds=self._waited_seconds,
             )

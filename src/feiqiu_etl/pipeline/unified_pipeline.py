@@ -42,6 +42,7 @@ from feiqiu_etl.pipeline.request_scheduler import SchedulerStatistics, RequestSc
 from feiqiu_etl.pipeline.work_tracker import Frontier, ScopeCompletion, WorkTracker
 from feiqiu_etl.pipeline.write_worker import (FLUSH_HINT, SENTINEL, RowChunk, WriteStatistics, WriteWorker,
                                               follow_up_scope)
+from feiqiu_etl.common.status import Status
 
 T = TypeVar("T")
 SendFn = Callable[..., Any]
@@ -106,7 +107,7 @@ class UnifiedPipeline:
         (aborted) > CANCELLED > PARTIAL (some failure) > SUCCESS.
         """
         if self.cancellation.is_cancelled:
-            return PipelineResult(status="CANCELLED", cancelled=True)
+            return PipelineResult(status=Status.CANCELLED, cancelled=True)
         run = _Run(self, process_fn, write_fn, on_scope_complete, on_request_failed)
         self._run = run
         try:

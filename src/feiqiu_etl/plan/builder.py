@@ -21,7 +21,6 @@ from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate, plan_estimate
 from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 from feiqiu_etl.plan.fit import fit_lane, safe_gaps
 from feiqiu_etl.plan.history import EMPTY, PlanHistory, TaskHistory
 from feiqiu_etl.plan.inputs import LaneInput, PlanInputs
@@ -44,7 +43,7 @@ def build_plan(inputs: PlanInputs, history: PlanHistory = EMPTY, *, now: datetim
         connector=inputs.connector, lanes=lanes, load_ods=inputs.load_ods, dwd=inputs.dwd, now=now,
         incremental=inputs.windows.explicit is None, timeout=inputs.timeout, wait_for_lane=inputs.wait_for_lane,
         unsafe_gaps=inputs.unsafe_gaps, detail_max_attempts=inputs.settings.detail.max_attempts,
-        integrity=IntegrityRules(**inputs.settings.integrity.model_dump()),
+        integrity=inputs.settings.integrity.model_dump(),
         db=DbLimits.of(inputs.settings.db), stall_after=inputs.settings.run.stall_after,
         retention_days=inputs.settings.run.retention_days,
         settings=settings_snapshot(inputs), started=started,
@@ -75,7 +74,27 @@ def _lane(inputs: PlanInputs, lane: LaneInput, history: PlanHistory, now: dateti
         connect_timeout=inputs.connect_timeout, retry=inputs.retry,
         max_transport_failures=inputs.settings.lane.max_transport_failures,
         max_active_stores=inputs.settings.lane.max_active_stores, request_seconds=latency,
+        documented_gaps={name: c.min_gap for name, c in inputs.connector.api.gap_classes.items()},
+        floor_margin=lane.settings.lane.safety_margin_seconds,
+        store_staleness=stalest_first(lane.stores, tasks),
     )
+
+
+def stalest_first(stores, tasks) -> dict[int, int]:
+    """Per site id its staleness rank, 0 the stalest: by the oldest horizon (the earliest start planned) of its
+    windowed tasks — a store never loaded first of all; stores with the same horizon share a rank (issue 30: a store
+    that a deadline cut last night is the first one whole tonight, instead of the same stores being cut every
+    night)."""
+    oldest: dict[int, datetime | None] = {}
+    for t in tasks:
+        if t.spec.kind != "windowed":
+            continue
+        horizon = t.horizon if not t.first_load else None
+        known = oldest.get(t.site_id, datetime.max)
+        oldest[t.site_id] = None if horizon is None or known is None else min(known, horizon)
+    key = {s.site_id: oldest.get(s.site_id, datetime.max) or datetime.min for s in stores}
+    distinct = sorted(set(key.values()))
+    return {site: distinct.index(k) for site, k in key.items()}
 
 
 def _with_deadline(inputs: PlanInputs, lane: LaneInput, plan: LanePlan, history: PlanHistory,

@@ -27,9 +27,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from feiqiu_etl.connector.yamldoc import describe, read_yaml
+from feiqiu_etl.common.yamldoc import Strict, load_definition
 
 _LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
@@ -40,16 +40,12 @@ class FleetError(ValueError):
     """A fleet file is missing, unreadable or invalid; ``str()`` is one line naming file, lane and field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StoreModel(_Strict):
+class StoreModel(Strict):
     site_id: int = Field(gt=0, lt=MAX_SITE_ID, strict=True)
     name: str | None = Field(None, max_length=100)
 
 
-class LaneModel(_Strict):
+class LaneModel(Strict):
     name: str
     token_env: str
     api_base: str | None = None
@@ -101,7 +97,7 @@ class LaneModel(_Strict):
         return self
 
 
-class FleetModel(_Strict):
+class FleetModel(Strict):
     api_base: str | None = None
     lanes: list[LaneModel] = Field(min_length=1)
 
@@ -129,14 +125,8 @@ class FleetModel(_Strict):
 
 def load_fleet(path: str | Path) -> FleetModel:
     """Read and validate a fleet file. Raises :class:`FleetError` (one line)."""
-    p = Path(path)
-    raw = read_yaml(p, FleetError, "fleet file")
-    if not isinstance(raw, dict):
-        raise FleetError(f"{p}: a fleet file must be a YAML mapping with a 'lanes' list")
-    try:
-        return FleetModel.model_validate(raw)
-    except ValidationError as exc:
-        raise FleetError(f"{p}: {describe(exc, raw, root='fleet')}") from None
+    return load_definition(Path(path), FleetModel, FleetError, what="fleet file", root="fleet",
+                           expect="a fleet file must be a YAML mapping with a 'lanes' list")
 
 
 def resolve_tokens(fleet: FleetModel, environ: Mapping[str, str], path: str | Path = "fleet") -> dict[str, str]:

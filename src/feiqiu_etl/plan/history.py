@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 import psycopg
 
 from feiqiu_etl.connector.windows import Window, from_aware
+from feiqiu_etl.common.status import Status
 
 HISTORY_RUNS = 30
 """How many recent finished runs are read for the per-task counts of the last runs."""
@@ -105,7 +106,7 @@ def read_history(conn: psycopg.Connection, connector: str, keys: Iterable[tuple[
             "AND summary IS NOT NULL AND summary->>'connector' IS NOT DISTINCT FROM %s ORDER BY started_at DESC "
             "LIMIT %s", (connector, HISTORY_RUNS)):
         for entry in summary.get("tasks") or []:
-            if entry.get("skipped") or entry.get("status") not in ("SUCCESS", "PARTIAL"):
+            if entry.get("skipped") or entry.get("status") not in (Status.SUCCESS, Status.PARTIAL):
                 continue  # planned but never started, or stopped by its lane's deadline: not the data's whole story
             mine = runs.setdefault((entry.get("task"), entry.get("site_id")), [])
             if len(mine) < RUNS_PER_TASK:

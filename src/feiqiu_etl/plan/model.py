@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
 from feiqiu_etl.api.client import RetryPolicy
-from feiqiu_etl.config.settings import fingerprint
+from feiqiu_etl.common.lanes import fingerprint, lane_key
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import Window, fmt
@@ -21,7 +21,6 @@ from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.deadline import Deadline
 from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
-from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 
 if TYPE_CHECKING:
     from feiqiu_etl.plan.fit import LaneFit
@@ -157,10 +156,31 @@ class LanePlan:
     safe_gaps: Mapping[str, float] = field(default_factory=dict)
     request_seconds: float = 0.1
     fit: "LaneFit | None" = None
+    documented_gaps: Mapping[str, float] = field(default_factory=dict)
+    """The connector's documented minimum gap per class (s, ``api.gap_classes``): what a 42901 is measured against."""
+    floor_margin: float = 0.3
+    """``lane.safety_margin_seconds``: what a floor learnt from a 42901 adds to the rejected gap (s)."""
+    store_staleness: Mapping[int, int] = field(default_factory=dict)
+    """Per site id, how stale its data is as a rank (0: the stalest; stores with the same horizon share a rank;
+    :func:`~feiqiu_etl.plan.builder.stalest_first`). The lane completes its stores stalest first, and among equally
+    stale ones the one with the least work left first (issue 30: the most whole stores at any cut-off, and a store a
+    deadline cut last night is the first one whole tonight)."""
+
+    def store_key(self, site_id: int, requests_left: int) -> tuple[int, int, int]:
+        """Where a store stands in the lane's order: (staleness rank, requests left, its place in the fleet)."""
+        place = next((i for i, s in enumerate(self.stores) if s.site_id == site_id), len(self.stores))
+        return self.store_staleness.get(site_id, len(self.stores)), requests_left, place
+
+    def ordered_stores(self) -> tuple[StorePlan, ...]:
+        """``stores`` in the lane's order at the start (:meth:`store_key` with the planned requests)."""
+        planned: dict[int, int] = {}
+        for t in self.tasks:
+            planned[t.site_id] = planned.get(t.site_id, 0) + t.estimate.requests
+        return tuple(sorted(self.stores, key=lambda s: self.store_key(s.site_id, planned.get(s.site_id, 0))))
 
     @property
     def key(self) -> str:
-        return f"{self.connector}:{self.token.fingerprint()}"
+        return lane_key(self.connector, self.token.value)
 
     @property
     def active_stores(self) -> int:
@@ -251,17 +271,12 @@ class RunPlan:
     wait_for_lane: float | None = None
     unsafe_gaps: bool = False
     detail_max_attempts: int = 5
-    integrity: IntegrityRules = IntegrityRules()
+    integrity: Mapping[str, Any] = field(default_factory=dict)  # integrity.* (issue 25); {}: the defaults
     db: DbLimits = DbLimits()
     stall_after: float = 900.0
     retention_days: float = 90.0
     settings: dict[str, Any] = field(default_factory=dict, compare=False)
     started: datetime | None = None
-
-    @property
-    def db_unavailable_limit(self) -> float:
-        """``db.unavailable_limit`` (s)."""
-        return self.db.unavailable_limit
 
     @property
     def stores(self) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl import registry
+from feiqiu_etl.registry import runs
 from feiqiu_etl.registry.lane_guard import LaneGuard
 from feiqiu_etl.statistics import RunStatistics
 
@@ -101,7 +101,7 @@ class RunControl:
         self._logs.put(entry)
 
     def request(self, record: dict) -> None:
-        """Queue one lane attempt for the run's timeline (``registry.REQUEST_COLUMNS``; thread-safe)."""
+        """Queue one lane attempt for the run's timeline (``runs.REQUEST_COLUMNS``; thread-safe)."""
         self._requests.put(record)
 
     def flush_now(self) -> None:
@@ -170,14 +170,14 @@ class RunControl:
         return self._watchdog.track(conn, "run control") if self._watchdog is not None else contextlib.nullcontext()
 
     def _beat(self, conn: psycopg.Connection, live: dict) -> None:
-        requested_at, by = registry.heartbeat(conn, self._run_id, live)
+        requested_at, by = runs.heartbeat(conn, self._run_id, live)
         self._beats += 1
         self._last_beat = time.monotonic()
         if requested_at is not None and not self._cancellation.is_cancelled:
             self._cancel(f"cancel requested by {by or 'another process'}")
 
     def _flush_logs(self, conn: psycopg.Connection) -> None:
-        for source, write in ((self._logs, registry.append_log), (self._requests, registry.append_requests)):
+        for source, write in ((self._logs, runs.append_log), (self._requests, runs.append_requests)):
             entries = []
             while True:
                 try:
@@ -211,7 +211,7 @@ class RunControl:
                     # Only a recorded request cancels: any role that can connect can NOTIFY, but only
                     # `feiqiu-etl cancel` and the web page (which write etl_meta.run) set the flag.
                     with self._watched(conn):
-                        requested_at, by = registry.cancel_request(conn, self._run_id)
+                        requested_at, by = runs.cancel_request(conn, self._run_id)
                     if requested_at is None:
                         log.warning("ignored a cancel notification with no recorded cancel request")
                         continue
@@ -231,7 +231,7 @@ class RunControl:
             conn.autocommit = True
             try:
                 with self._watched(conn):
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(registry.CANCEL_CHANNEL)))
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(runs.CANCEL_CHANNEL)))
             except psycopg.Error:
                 conn.close()
                 raise

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 
 import psycopg
 
-from feiqiu_etl import registry
+from feiqiu_etl.registry import records
 
 DEFAULT_STALE_HOURS = 26.0
 """Default threshold (h): a nightly run plus two hours of slack."""
@@ -88,11 +88,11 @@ def freshness_rows(conn: psycopg.Connection, connector: str, schedule: Schedule,
                    stale_after_seconds: float) -> list[dict[str, Any]]:
     """Rows ``{site_id, task, kind, fresh_until, age_seconds, owed_details, max_attempts, stale}`` for every
     scheduled (store, task), ordered by store and task; see :func:`judge`."""
-    return judge(registry.last_loaded(conn, connector), schedule, stale_after_seconds)
+    return judge(records.last_loaded(conn, connector), schedule, stale_after_seconds)
 
 
 def judge(rows: list[dict], schedule: Schedule, stale_after_seconds: float) -> list[dict]:
-    """Pure: keep the rows of :func:`registry.last_loaded` whose (store, task) is scheduled, add a row (``kind``
+    """Pure: keep the rows of :func:`records.last_loaded` whose (store, task) is scheduled, add a row (``kind``
     None, age None) for every scheduled pair that never completed, and set ``stale``: age above
     ``stale_after_seconds`` (s), or never completed."""
     by_key = {(r["site_id"], r["task"]): dict(r) for r in rows}

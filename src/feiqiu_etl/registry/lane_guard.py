@@ -24,17 +24,13 @@ from typing import Callable
 
 import psycopg
 
+from feiqiu_etl.common.lanes import token_part
 from feiqiu_etl.formats import when
 
-from feiqiu_etl.registry import HOST
+from feiqiu_etl.registry.runs import HOST
 
 log = logging.getLogger("feiqiu_etl.lane_guard")
 POLL = 0.25
-
-
-def token_part(lane_key: str) -> str:
-    """The token fingerprint of a lane key ``connector:fingerprint``."""
-    return lane_key.rsplit(":", 1)[-1]
 
 
 RELEASE_WAIT = 2.0

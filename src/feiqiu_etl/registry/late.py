@@ -136,7 +136,7 @@ def record_late(conn: psycopg.Connection, home: Path | None = None) -> list[str]
                 (r.run_id, datetime.fromisoformat(r.started_at), r.command, Jsonb(dict(r.args)),
                  Jsonb(dict(r.config)), r.host, r.pid, r.process_started, r.version,
                  datetime.fromisoformat(r.started_at), list(r.lanes), list(r.stores), list(r.tasks)))
-            from feiqiu_etl.registry import finish_run
+            from feiqiu_etl.registry.runs import finish_run
 
             finish_run(conn, r.run_id, status=r.status, exit_code=r.exit_code,  # commits both
                        summary=dict(r.summary) if r.summary is not None else None, error=r.error, totals=r.totals,

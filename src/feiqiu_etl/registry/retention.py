@@ -31,7 +31,6 @@ from feiqiu_etl.errortext import one_line
 
 log = logging.getLogger("feiqiu_etl.retention")
 
-DEFAULT_RETENTION_DAYS = 90
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*", re.IGNORECASE | re.ASCII)  # ASCII digits only
 

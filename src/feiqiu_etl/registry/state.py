@@ -33,7 +33,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from feiqiu_etl.connector.windows import Window, from_aware, merge, subtract, to_aware
-from feiqiu_etl.registry import HOST, os_user
+from feiqiu_etl.registry.runs import HOST, os_user
 from feiqiu_etl.registry.lane_guard import lock_key
 
 RESETS_SHOWN = 20

@@ -17,6 +17,7 @@ from feiqiu_etl.pipeline.log_buffer import TaskLogBuffer
 from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.plan.model import TaskPlan
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
+from feiqiu_etl.common.status import Status
 
 
 StoreLog = Callable[[list, str, int, str], None]
@@ -70,7 +71,7 @@ class TaskExecutor:
 
     def _crashed(self, task: TaskPlan, exc: BaseException) -> TaskRun:
         spec = task.spec
-        result = PipelineResult(status="FAILED")
+        result = PipelineResult(status=Status.FAILED)
         result.processing_failures = 1
         result.errors.append({"stage": "task", "error": one_line(exc)})
         run = TaskRun(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,

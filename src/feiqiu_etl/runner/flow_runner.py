@@ -36,7 +36,8 @@ from feiqiu_etl.logs import RunIdFilter, RunLogHandler, entry
 from feiqiu_etl.pipeline.cancellation import CancellationToken
 from feiqiu_etl.plan.model import RunPlan
 from feiqiu_etl.runner.lane import LaneRunner, LaneRuntime
-from feiqiu_etl.runner.results import FAILED, RunResult
+from feiqiu_etl.common.status import Status
+from feiqiu_etl.runner.results import RunResult
 from feiqiu_etl import registry
 from feiqiu_etl.registry.control import RunControl
 from feiqiu_etl.registry import Invocation
@@ -44,6 +45,7 @@ from feiqiu_etl.formats import iso
 from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.registry.late import database_identity
 from feiqiu_etl.statistics import RunStatistics
+from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
 from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
 
 log = logging.getLogger("feiqiu_etl.run")
@@ -114,7 +116,7 @@ class FlowRunner:
                                      on_down=self._db_down, on_up=self._db_up, on_gave_up=self._db_gone)
         tasks = TaskContext(dsn, self.run_id, self.cancellation, conventions=ApiConventions.of(plan.connector),
                             detail_max_attempts=plan.detail_max_attempts, abortable=wiring.abortable,
-                            integrity=plan.integrity,
+                            integrity=IntegrityRules(**plan.integrity),
                             connect=self._connect, health=self.health)
         runtime = LaneRuntime(tasks, envelope_rules(plan.connector), self._store_block,
                               store_request=self._store_request, client_factory=wiring.client_factory,
@@ -266,7 +268,7 @@ class FlowRunner:
             summary = task.load(only_tables=list(dwd.tables) if dwd.tables else None)
         except Exception as exc:  # noqa: BLE001 - e.g. the database went away during DDL
             log.error("DWD load failed: %s", one_line(exc))
-            return {"status": FAILED, "tables": [], "errors": [{"table": "*", "error": one_line(exc)}],
+            return {"status": Status.FAILED, "tables": [], "errors": [{"table": "*", "error": one_line(exc)}],
                     "succeeded": 0, "failed": 0}
         out = summary.to_dict()
         out["status"] = summary.status

@@ -38,7 +38,8 @@ from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestSchedule
 from feiqiu_etl.plan.fit import PHASES, Work, fit_lane, lane_seconds, pace_for
 from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
-from feiqiu_etl.runner.results import BUSY, CANCELLED, DEADLINE, FAILED, PARTIAL, LaneResult, StoreResult, merge_parts
+from feiqiu_etl.common.status import Status
+from feiqiu_etl.runner.results import LaneResult, StoreResult, merge_parts
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
                                    TaskStatistics)
 from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, TaskRun
@@ -92,7 +93,12 @@ class LaneRunner:
         self.cancellation = runtime.tasks.cancellation.child()  # the run's cancel, and this lane's deadline
         self.pace = Pace(lane.safe_gaps) if lane.deadline is not None else None
         self.scheduler = RequestScheduler(name=lane.name, max_transport_failures=lane.max_transport_failures,
-                                          logger=self.log, observer=self._attempt, pace=self.pace)
+                                          logger=self.log, observer=self._attempt, pace=self.pace,
+                                          documented=lane.documented_gaps, floor_margin=lane.floor_margin)
+        # stores complete one after another, in the plan's order (issue 30): the lane goes to the first store with a
+        # request ready; the others fill it only while the leader has nothing to send (re-ranked as work is learnt)
+        self._order = [s.site_id for s in lane.ordered_stores()]
+        self.scheduler.rank(self._order)
         self._wall0 = time.time() - time.monotonic()
         self.client = runtime.client_factory(lane.api_base, lane.token.value, timeout=lane.timeout,
                                              retry=lane.retry, rules=runtime.rules,
@@ -117,7 +123,9 @@ class LaneRunner:
         self._arm_deadline()
         try:
             for phase in (PHASES if self.plan.phased else ("all",)):
-                stores = [s for s in self._stores if any(p == phase for p, _ in s.schedule)]
+                rank = {site: i for i, site in enumerate(self._order)}
+                stores = sorted((s for s in self._stores if any(p == phase for p, _ in s.schedule)),
+                                key=lambda s: rank[s.plan.site_id])  # the pool starts them in this order
                 workers = max(1, min(self.plan.active_stores, len(stores)))
                 if workers == 1:
                     for store in stores:
@@ -146,8 +154,8 @@ class LaneRunner:
         last = next((e.get("error") for t in reversed(runs) for e in reversed(t.result.errors)
                      if e.get("stage") == "request"), None)
         for t in runs:
-            if not t.result.completed_requests and t.result.status == PARTIAL:
-                t.result.status = FAILED
+            if not t.result.completed_requests and t.result.status == Status.PARTIAL:
+                t.result.status = Status.FAILED
         return (f"upstream unreachable: {s.requests_sent} transport failure(s) in a row, not one attempt reached "
                 f"a server" + (f" (last: {last})" if last else ""))
 
@@ -155,7 +163,8 @@ class LaneRunner:
         """Do not run this lane at all (e.g. another process holds it): every task is reported not run."""
         self.result.reason, self.result.busy = reason, busy
         for store in self._stores:
-            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, BUSY if busy else FAILED,
+            status = Status.BUSY if busy else Status.FAILED
+            store.result.tasks = [TaskRun.not_run(t, "lane busy" if busy else reason, status,
                                                   self.plan.name)
                                   for t in self.plan.tasks_of(store.plan.site_id)]
         self.client.close()
@@ -210,8 +219,8 @@ class LaneRunner:
         for store in self._stores:
             runs: dict[str, list[TaskRun]] = {}
             for (_, task), run in zip(store.schedule, store.done):
-                if reached and run.status in (CANCELLED, DEADLINE):
-                    run.result.status, run.result.cancelled = DEADLINE, False
+                if reached and run.status in (Status.CANCELLED, Status.DEADLINE):
+                    run.result.status, run.result.cancelled = Status.DEADLINE, False
                     left += max(0, task.estimate.requests - run.result.total_requests)
                 runs.setdefault(run.task_code, []).append(run)
             with self._lock:
@@ -250,15 +259,15 @@ class LaneRunner:
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
         if self.cancellation.is_cancelled and self.cancellation.reason == "deadline" \
                 and not self.rt.tasks.cancellation.is_cancelled:
-            return f"deadline {self.plan.deadline} reached: left for the next run", DEADLINE
+            return f"deadline {self.plan.deadline} reached: left for the next run", Status.DEADLINE
         if self.cancellation.is_cancelled:
-            return "cancelled before start", CANCELLED
+            return "cancelled before start", Status.CANCELLED
         tripped = self.scheduler.tripped
         if tripped:
-            return tripped, FAILED
+            return tripped, Status.FAILED
         if store.refused:
-            return store.refused, FAILED
-        return None, FAILED
+            return store.refused, Status.FAILED
+        return None, Status.FAILED
 
     def _transport(self, store: _StoreState):
         def transport(request: PipelineRequest, send):
@@ -353,7 +362,22 @@ class LaneRunner:
         self._rate.record(now, rows)
         if rows != self._moved_rows:
             self._moved_rows, self._moved = rows, now
+        self._rerank()
         self._update_pace(now)
+
+    def _rerank(self) -> None:
+        """Rank the stores again by what is left of them (the running tasks' pages told their size): stalest first,
+        then the least work left — so at any cut-off as many stores as possible are whole (issue 30)."""
+        if self._started is None or self._finished is not None:
+            return
+        work, _ = self._remaining_work()
+        left: dict[int, int] = {s.plan.site_id: 0 for s in self._stores}
+        for w in work:
+            left[w.site_id] = left.get(w.site_id, 0) + w.requests
+        order = sorted(left, key=lambda site: self.plan.store_key(site, left[site]))
+        if order != self._order:
+            self._order = order
+            self.scheduler.rank(order)
 
     def stalled_for(self, now: float | None = None) -> float | None:
         """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
@@ -404,7 +428,10 @@ class LaneRunner:
         eta = 0.0 if self._finished else lane_seconds(work, factor, overhead) \
             + (lane.next_due_in if lane.wait_reason else 0.0)
         deadline_in = None if self._deadline is None else max(0.0, self._deadline - now)
+        left_at_deadline = None
         if deadline_in is not None and not self._finished:
+            # the plan's rule (requests x expected gap): what does not fit before the deadline is left
+            left_at_deadline = 0 if eta <= deadline_in or eta <= 0 else round(remaining * (1 - deadline_in / eta))
             eta = min(eta, deadline_in)
         return LaneStatistics(
             name=self.plan.name, key=self.plan.key, state=state, current=current,
@@ -414,7 +441,8 @@ class LaneRunner:
             rows_per_s=round(self._rate.rate(now, rows), 1), requests_remaining=remaining, tasks_done=done_tasks,
             tasks=len(self.plan.tasks), eta_s=round(eta, 1), stores=tuple(stores), running=tuple(running),
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
-            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now))
+            pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now),
+            left_at_deadline=left_at_deadline)
 
 
 def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,
@@ -426,7 +454,8 @@ def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[T
     store is smaller or bigger than the contract's lower bound in all its lists alike, more or less)."""
     planned = needed = 0
     for (_, task), run in zip(schedule, finished):
-        if task.estimate.basis == "contract" and run.skipped is None and run.status in ("SUCCESS", "PARTIAL"):
+        if task.estimate.basis == "contract" and run.skipped is None \
+                and run.status in (Status.SUCCESS, Status.PARTIAL):
             planned += task.estimate.requests
             needed += run.result.total_requests
     if current is not None and running is not None and current.estimate.basis == "contract" and running.requests:

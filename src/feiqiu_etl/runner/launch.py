@@ -30,7 +30,8 @@ from feiqiu_etl.db.health import DatabaseUnavailable
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.formats import iso, use_display_zone
 from feiqiu_etl.pipeline.cancellation import CancellationToken
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
+from feiqiu_etl.common.lanes import lane_key
 
 
 log = logging.getLogger("feiqiu_etl.run")
@@ -252,7 +253,7 @@ def plan_run(inputs, conn: psycopg.Connection, *, now=None):
     stale = inputs.settings.run.stale_after
     prepare_database(conn, inputs.connector, stale_after=stale)
     keys = [(s.code, store.site_id) for lane in inputs.lanes for store in lane.stores for s in lane.specs]
-    lanes = [f"{inputs.connector.name}:{lane.token.fingerprint()}" for lane in inputs.lanes]
+    lanes = [lane_key(inputs.connector.name, lane.token.value) for lane in inputs.lanes]
     history = read_history(conn, inputs.connector.name, keys, lanes)
     return build_plan(inputs, history, now=now)
 

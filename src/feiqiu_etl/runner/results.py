@@ -1,12 +1,8 @@
-"""What a run produced — per lane, per store, per task — and the ONE place where statuses combine.
+"""What a run produced — per lane, per store, per task — and how each whole's status follows from its parts'.
 
-The statuses are a table (:data:`STATUSES`): each with its exit code, what it means, and how it combines. The
-rules (README "Exit codes" says the same):
+The statuses, their exit codes and how they combine are ONE table, :mod:`feiqiu_etl.common.status`; here is what
+makes each whole stop:
 
-* a **task**'s status is its pipeline's: FAILED (aborted) > CANCELLED > PARTIAL (some item failed) > SUCCESS;
-  DEADLINE when its lane reached its deadline before the task was done (stopped, or not started). A task run in
-  parts (a lane with a deadline: :func:`merge_parts`) takes the worst of its parts, DEADLINE below PARTIAL;
-  a task of a lane another run holds is BUSY (it never started);
 * a **store** is FAILED when it was refused (40103), every task failed, or not one of its requests succeeded
   (nothing was loaded: a wrong URL, the upstream down); PARTIAL when some task is not SUCCESS; CANCELLED when
   the run was cancelled before it finished; BUSY when its lane was held by another run;
@@ -18,11 +14,6 @@ rules (README "Exit codes" says the same):
   SUCCESS; else SUCCESS. So one forbidden store, one bad token or one busy lane in a fleet fails alone and the
   run is PARTIAL, while a single-store run refused by the upstream is FAILED (exit 4), with or without DWD.
 
-In general (:func:`combine`): a *dominant* status of any part (CANCELLED) is the whole's; parts that all have
-one status give the whole that status; parts that all *stopped* (FAILED, BUSY: nothing loaded) give FAILED;
-parts that are SUCCESS or one *success-like* status (DEADLINE) give that status; anything else is PARTIAL.
-A new status is one more :class:`RunStatus` entry.
-
 **DEADLINE** (exit 9) is a whole — store, lane or run — whose parts all succeeded but some of which stopped at a
 lane's deadline: everything that ran is loaded, what was left is the next run's (not a failure). A failure
 anywhere makes it PARTIAL as before (the deadline is still in each lane's entry).
@@ -31,72 +22,13 @@ anywhere makes it PARTIAL as before (the deadline is still in each lane's entry)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from feiqiu_etl import exitcodes
+from feiqiu_etl.common import exitcodes
+from feiqiu_etl.common.status import STATUSES, Status, combine, exit_code, task_status
 from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
-
-SUCCESS, PARTIAL, FAILED, CANCELLED, BUSY, DEADLINE = (
-    "SUCCESS", "PARTIAL", "FAILED", "CANCELLED", "BUSY", "DEADLINE")
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """One final status: its exit code, whether nothing was loaded (``stopped``: parts that all stopped make the
-    whole FAILED), whether any part having it makes the whole have it (``dominant``), whether parts that are
-    SUCCESS or it give it (``success_like``: nothing failed, something was left for the next run) and what it
-    means (README "Exit codes")."""
-
-    name: str
-    exit_code: int
-    stopped: bool
-    dominant: bool
-    meaning: str
-    success_like: bool = False
-
-
-STATUSES: dict[str, RunStatus] = {s.name: s for s in (
-    RunStatus(SUCCESS, exitcodes.SUCCESS, False, False, "everything planned was loaded"),
-    RunStatus(PARTIAL, exitcodes.PARTIAL, False, False, "some items, stores or lanes failed; the rest loaded"),
-    RunStatus(FAILED, exitcodes.FAILED, True, False, "nothing could be done"),
-    RunStatus(CANCELLED, exitcodes.CANCELLED, False, True, "cancelled; a rerun completes it"),
-    RunStatus(BUSY, exitcodes.LANE_BUSY, True, False, "not started: another run holds every lane's token"),
-    RunStatus(DEADLINE, exitcodes.DEADLINE, False, False, "stopped at the deadline: what ran is loaded, the rest "
-                                                          "is the next run's", success_like=True),
-)}
-"""Every final status of a run, lane, store or task (a run is also RUNNING or INTERRUPTED in the registry)."""
-
-EXIT_CODES = {name: s.exit_code for name, s in STATUSES.items()}
-EXIT_LANE_BUSY = exitcodes.LANE_BUSY
-EXIT_DATABASE = exitcodes.DATABASE_LOST
-
-
-def combine(statuses: Iterable[str], *, cancelled: bool = False) -> str:
-    """Status of a whole from its parts' statuses (see the module docstring)."""
-    parts = list(statuses)
-    dominant = next((s for s in parts if s in STATUSES and STATUSES[s].dominant), None)
-    if cancelled or dominant:
-        return dominant or CANCELLED
-    if not parts:
-        return SUCCESS
-    if len(set(parts)) == 1:
-        return parts[0]
-    if all(s in STATUSES and STATUSES[s].stopped for s in parts):
-        return FAILED
-    like = {s for s in parts if s in STATUSES and STATUSES[s].success_like}
-    if len(like) == 1 and all(s == SUCCESS or s in like for s in parts):
-        return like.pop()
-    return PARTIAL
-
-
-def task_status(parts: Iterable[str]) -> str:
-    """Status of a task run in parts: FAILED > CANCELLED > PARTIAL > DEADLINE > SUCCESS (the worst part)."""
-    order = (FAILED, CANCELLED, PARTIAL, DEADLINE)
-    found = set(parts)
-    return next((s for s in order if s in found), SUCCESS)
-
 
 def merge_parts(runs: list[TaskRun]) -> TaskRun:
     """One task's runs of its parts (recent, owed, history) as ONE run, as a task run whole would report it:
@@ -132,7 +64,7 @@ class StoreResult:
     name: str | None
     tasks: list[TaskRun] = field(default_factory=list)
     reason: str | None = None
-    status: str = SUCCESS
+    status: str = Status.SUCCESS
 
     def finish(self, cancelled: bool) -> str:
         statuses = [t.status for t in self.tasks]
@@ -141,9 +73,10 @@ class StoreResult:
                 and not cancelled:
             self.reason = self.reason or "not one request succeeded"
         if self.reason and not cancelled:
-            self.status = FAILED
+            self.status = Status.FAILED
         else:
-            self.status = combine(statuses, cancelled=cancelled and any(t.status == CANCELLED for t in self.tasks))
+            cancelled_task = any(t.status == Status.CANCELLED for t in self.tasks)
+            self.status = combine(statuses, cancelled=cancelled and cancelled_task)
         return self.status
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,7 +96,7 @@ class LaneResult:
     stores: list[StoreResult] = field(default_factory=list)
     reason: str | None = None
     busy: bool = False
-    status: str = SUCCESS
+    status: str = Status.SUCCESS
     statistics: LaneTotals | None = None
     deadline: dict[str, Any] | None = None  # the deadline, what the plan said fits, and whether it was reached
 
@@ -171,12 +104,12 @@ class LaneResult:
         statuses = [s.finish(cancelled) for s in self.stores]
         if self.busy:  # never started: another run holds the token (not a failure, not a cancel)
             for store in self.stores:
-                store.status = BUSY
-            self.status = BUSY
+                store.status = Status.BUSY
+            self.status = Status.BUSY
         elif self.reason and not cancelled:
-            self.status = FAILED
+            self.status = Status.FAILED
         else:
-            self.status = combine(statuses, cancelled=cancelled and CANCELLED in statuses)
+            self.status = combine(statuses, cancelled=cancelled and Status.CANCELLED in statuses)
         return self.status
 
     @property
@@ -195,7 +128,7 @@ class RunResult:
 
     run_id: str
     connector: str
-    status: str = SUCCESS
+    status: str = Status.SUCCESS
     lanes: list[LaneResult] = field(default_factory=list)
     dwd: dict | None = None
     started_at: str = ""
@@ -217,9 +150,9 @@ class RunResult:
         parts = [lane.finish(cancelled) for lane in self.lanes]
         every_lane_stopped = combine(parts) if parts and all(STATUSES[p].stopped for p in parts) else None
         if self.dwd is not None:
-            parts.append(self.dwd.get("status", SUCCESS))
+            parts.append(self.dwd.get("status", Status.SUCCESS))
         if self.database_lost:
-            self.status = FAILED
+            self.status = Status.FAILED
         elif every_lane_stopped and not cancelled:
             self.status = every_lane_stopped  # BUSY when every lane was busy, else FAILED
         else:
@@ -234,17 +167,17 @@ class RunResult:
             for store in lane.stores:
                 if store.reason:
                     return f"store {store.site_id}: {store.reason}"
-        if self.status == DEADLINE:
+        if self.status == Status.DEADLINE:
             reached = [lane for lane in self.lanes if (lane.deadline or {}).get("reached")]
             return "; ".join(f"lane {lane.name}: deadline {lane.deadline['text']} reached, the rest is left for the "
                              "next run" for lane in reached) or None
-        return "cancelled" if self.status == CANCELLED else None
+        return "cancelled" if self.status == Status.CANCELLED else None
 
     @property
     def exit_code(self) -> int:
-        if self.status == FAILED and self.database_lost:
-            return EXIT_DATABASE
-        return EXIT_CODES.get(self.status, exitcodes.FAILED)
+        if self.status == Status.FAILED and self.database_lost:
+            return exitcodes.DATABASE_LOST
+        return exit_code(self.status)
 
     def totals(self) -> dict[str, int]:
         tasks = self.tasks
@@ -261,7 +194,8 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "connector": self.connector, "status": self.status, "exit_code": self.exit_code,
-            "error": self.error or (self.first_reason() if self.status in (FAILED, BUSY, DEADLINE) else None),
+            "error": self.error or (self.first_reason() if self.status in (Status.FAILED, Status.BUSY, Status.DEADLINE)
+                                    else None),
             "started_at": self.started_at, "finished_at": self.finished_at,
             "lanes": [lane.to_dict() for lane in self.lanes], "tasks": [t.to_dict() for t in self.tasks],
             "skipped_tasks": self.skipped, "dwd": self.dwd, **self.totals(), "alerts": self.alerts,

@@ -145,6 +145,11 @@ DETAIL_BY_PATH = {e.path: e for e in DETAIL_ENDPOINTS}
 DETAIL_BY_PARENT = {e.parent_task: e for e in DETAIL_ENDPOINTS}
 TASK_CODES = tuple(e.task_code for e in LIST_ENDPOINTS)
 
+DETAIL_DUE_WHEN = {"ODS_MEMBER": (("ODS_MEMBER_CARD", "memberId"),)}
+"""Parent task → ``(child task, field naming the parent)``: a child record that is new, changed or deleted makes its
+parent's detail due, because the detail holds it (a member's detail holds the member's cards, with the balance and
+``lastUseTime``; issue 25 part 6)."""
+
 VOLATILE_FIELDS = {
     "ODS_BILLIARD_TABLE": "currentStatus",
     "ODS_GOODS": "stockQty",

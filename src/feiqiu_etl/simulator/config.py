@@ -26,7 +26,9 @@ class RiskControlConfig:
     ``gap_standard``/``gap_groupbuy`` are the minimum gaps G (seconds) between the completion of the previous
     accepted request and the start of the next one, chosen by the *new* request's endpoint class.
     ``violations_to_ban`` violations within ``violation_window`` seconds ban the token for ``ban_seconds``.
-    ``enabled=False`` switches risk control off entirely.
+    ``enabled=False`` switches risk control off entirely. ``retry_after_unit`` is the second of ``retryAfter``
+    (whole units, at least one, rule 5): 1 s as documented; a benchmark that scales every time by a factor ``f``
+    scales it too (``f`` s), so that a rejection costs the scaled lane what it costs a real one (issue 30).
     """
 
     gap_standard: float = 3.0
@@ -35,10 +37,13 @@ class RiskControlConfig:
     violation_window: float = 60.0
     ban_seconds: float = 300.0
     enabled: bool = True
+    retry_after_unit: float = 1.0
 
     def __post_init__(self) -> None:
         if min(self.gap_standard, self.gap_groupbuy, self.violation_window, self.ban_seconds) < 0:
             raise ValueError("risk-control durations must be >= 0")
+        if not self.retry_after_unit > 0:
+            raise ValueError("retry_after_unit must be > 0 s")
         if self.violations_to_ban < 1:
             raise ValueError("violations_to_ban must be >= 1")
 

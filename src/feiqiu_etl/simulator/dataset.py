@@ -305,6 +305,31 @@ class Dataset:
             store, current = self._live(task_code, site_id, pk_value)
             return copy.deepcopy(store.put(task_code, edits.touch_volatile(store, task_code, current)))
 
+    def card_use(self, site_id: int, member_id: int, amount: str = "10.00") -> Record:
+        """A member pays with a stored-value card (issue 25 part 6): the card's balance goes down by ``amount``
+        (at most what it holds; its ``updateTime`` and the detail's ``lastUseTime`` move to :meth:`now`), a
+        ``CONSUME`` ledger entry is recorded, and the member earns points (Q11: the member's ``updateTime`` stays).
+        Returns the card after the use. Raises ``KeyError`` for an unknown member, ``ValueError`` when the member
+        has no active card."""
+        from decimal import Decimal
+
+        from feiqiu_etl.simulator.events import make_balance_change, split_card_amount
+        from feiqiu_etl.simulator.values import parse_money
+
+        with self._lock:
+            store, member = self._live("ODS_MEMBER", site_id, member_id)
+            cards = [c for c in store.cards_of(member_id) if c["status"] == 1
+                     and parse_money(c["balance"]) + parse_money(c["giftBalance"]) > 0]
+            if not cards:
+                raise ValueError(f"member {member_id} has no active card with a balance")
+            card = cards[0]
+            spend = min(Decimal(amount), parse_money(card["balance"]) + parse_money(card["giftBalance"]))
+            principal, gift = split_card_amount(card, spend)
+            store.put("ODS_MEMBER_BALANCE_CHANGE", make_balance_change(store, card, self._now, "CONSUME", -principal,
+                                                                      -gift, "", "", "card use"))
+            store.put("ODS_MEMBER", {**member, "points": member["points"] + max(1, int(spend))})
+            return copy.deepcopy(store.get("ODS_MEMBER_CARD", card["cardId"]))
+
     def delete(self, task_code: str, site_id: int, pk_value: Any) -> None:
         """Delete master data (Q12): it vanishes from its snapshot and its detail answers 40401."""
         if list_endpoint(task_code).windowed:

@@ -8,7 +8,9 @@ everything up to ``start`` knows, empty for a first load; ``after``: the data at
   ``[start, end)`` in segments of at most 31 days (§1.2), a snapshot read once. A list ends at the first short page,
   so ``n`` records take ``n // limit + 1`` pages (an exact multiple needs one empty page more);
 * plus **one detail per new or changed parent** (§5.1) in that scope, where a parent whose only change is in its
-  volatile field (Q11: ``member.points`` …) needs none. A deleted parent needs none either.
+  volatile field (Q11: ``member.points`` …) needs none — unless a record its detail holds changed
+  (``DETAIL_DUE_WHEN``: a member whose card is new, changed or deleted needs its detail, which holds the card's
+  balance and ``lastUseTime``; issue 25 part 6). A deleted parent needs none either.
 
 It is a lower bound, not a recipe: a change that keeps its window field (Q13) before ``start`` is not in the new
 window, and a connector finds it only with a look-back, which the minimum does not count.
@@ -24,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, LIST_ENDPOINTS, VOLATILE_FIELDS, ListEndpoint
+from feiqiu_etl.simulator.catalog import DETAIL_BY_PARENT, DETAIL_DUE_WHEN, LIST_ENDPOINTS, VOLATILE_FIELDS, ListEndpoint
 from feiqiu_etl.simulator.params import MAX_LIMIT, MAX_WINDOW
 from feiqiu_etl.simulator.state import Record
 from feiqiu_etl.simulator.values import fmt_time
@@ -142,10 +144,28 @@ def minimum_requests(site_id: int, before: Mapping[str, Table], after: Mapping[s
         details = volatile = 0
         if endpoint.task_code in DETAIL_BY_PARENT:
             changes = classify(endpoint.task_code, before.get(endpoint.task_code, {}), table, in_scope)
-            details, volatile = len(changes.inserted) + len(changes.updated), len(changes.volatile_only)
+            due = set(changes.inserted) | set(changes.updated)
+            only = set(changes.volatile_only)
+            held = _parents_of_changed(endpoint.task_code, before, after) & set(in_scope)
+            due |= held
+            details, volatile = len(due), len(only - held)
         out.append(TaskMinimum(endpoint.task_code, endpoint.kind.value, len(in_scope), n_segments, n_pages, details,
                                volatile))
     return RequestMinimum(site_id, start, end, limit, first_load, tuple(out))
+
+
+def _parents_of_changed(task_code: str, before: Mapping[str, Table], after: Mapping[str, Table]) -> set:
+    """Keys of the ``task_code`` parents whose detail is due because a child record it holds is new, changed or
+    deleted (``DETAIL_DUE_WHEN``)."""
+    out: set = set()
+    for child, field in DETAIL_DUE_WHEN.get(task_code, ()):
+        old, new = before.get(child, {}), after.get(child, {})
+        changes = classify(child, old, new)
+        for pk in (*changes.inserted, *changes.updated, *changes.volatile_only):
+            out.add(new[pk][field])
+        for pk in changes.deleted:
+            out.add(old[pk][field])
+    return out
 
 
 def _scope(endpoint: ListEndpoint, table: Table, start: datetime, end: datetime,

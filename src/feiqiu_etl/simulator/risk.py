@@ -38,9 +38,12 @@ CODE_TOO_FREQUENT = 42901
 CODE_BANNED = 42902
 
 
-def retry_after_seconds(seconds: float) -> int:
-    """Whole seconds rounded up, at least 1 (upstream-api.md §2.2 rule 5)."""
-    return max(1, math.ceil(round(seconds, 9)))
+def retry_after_seconds(seconds: float, unit: float = 1.0) -> int | float:
+    """Whole seconds rounded up, at least 1 (upstream-api.md §2.2 rule 5); with a ``unit`` other than 1 s (a
+    time-scaled simulator, :class:`RiskControlConfig`), whole units of ``unit`` seconds, at least one."""
+    if unit == 1.0:
+        return max(1, math.ceil(round(seconds, 9)))
+    return round(max(1, math.ceil(round(seconds / unit, 9))) * unit, 9)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Decision:
 
     accepted: bool
     code: int = 0
-    retry_after: int | None = None
+    retry_after: int | float | None = None
     reason: str = ""
 
 
@@ -107,11 +110,12 @@ class RiskController:
             if ban is not None:
                 return ban
             gap = self.gap_for(gap_class)
+            unit = self._config.retry_after_unit
             if state.in_flight:
-                return self._violation(state, now, retry_after_seconds(gap), "concurrent request")
+                return self._violation(state, now, retry_after_seconds(gap, unit), "concurrent request")
             if state.last_completion is not None and now < state.last_completion + gap:
                 wait = state.last_completion + gap - now
-                return self._violation(state, now, retry_after_seconds(wait), "minimum gap not reached")
+                return self._violation(state, now, retry_after_seconds(wait, unit), "minimum gap not reached")
             state.in_flight = True
             return ACCEPT
 
@@ -140,7 +144,8 @@ class RiskController:
         if state.banned_until is None:
             return None
         if now < state.banned_until:
-            return Decision(False, CODE_BANNED, retry_after_seconds(state.banned_until - now), "token banned")
+            left = retry_after_seconds(state.banned_until - now, self._config.retry_after_unit)
+            return Decision(False, CODE_BANNED, left, "token banned")
         state.banned_until = None
         state.violations.clear()
         return None

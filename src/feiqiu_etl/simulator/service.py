@@ -206,7 +206,9 @@ class Service:
             fault = self.faults.take_service(endpoint.path, listing)
             if fault is not None and fault.kind == "code42901":
                 self.risk.abandon(token)
-                return self._envelope(42901, MESSAGES[42901], {"retryAfter": fault.retry_after},
+                unit = self.risk.config.retry_after_unit  # a time-scaled simulator scales the hint too
+                hint = fault.retry_after if unit == 1.0 else round(fault.retry_after * unit, 9)
+                return self._envelope(42901, MESSAGES[42901], {"retryAfter": hint},
                                       endpoint.ensure_ascii, outcome="fault", fault=fault.kind, **context)
             if self.config.processing_delay > 0:
                 self._sleep(self.config.processing_delay)

@@ -89,9 +89,6 @@ class IdAllocator:
                 self._used.add(candidate)
                 return candidate
 
-    def reserve(self, value: int) -> None:
-        self._used.add(value)
-
 
 def masked_phone(rng: random.Random) -> str:
     """Masked mobile (Q10): ``"138****5678"``."""

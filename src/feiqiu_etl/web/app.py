@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from starlette.applications import Starlette
 
@@ -52,6 +53,9 @@ class WebSettings:
     connect_timeout: float = 10.0
     read_timeout: float = 5.0  # s one read of a page or a scrape may wait for the server (metrics.DEFAULT_TIMEOUT)
     pool_size: int = 4
+    language: str = "auto"  # web.language: auto (Accept-Language), zh-CN or en; the page's switch overrides it
+    task_names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # {code: {zh: …, en: …}} (connector)
+    store_names: Mapping[int, str] = field(default_factory=dict)  # {site_id: name} from ``web --fleet``
     version: str = field(default_factory=lambda: __import__("feiqiu_etl").__version__)
 
 

@@ -11,7 +11,7 @@ Metrics (all prefixed ``feiqiu_etl_``; sums are over the finished runs the regis
 ``runs prune --records`` lowers them, which Prometheus treats as a counter reset):
 
 ===================================  ========================================================================
-``runs{status}``                     runs recorded, by status (every status of ``registry.STATUSES``, 0 too)
+``runs{status}``                     runs recorded, by status (every status of ``common.status.RECORDED``, 0 too)
 ``rows_written_total``               rows the runs changed (new, changed, soft-deleted)
 ``requests_total``                   API requests the runs sent
 ``rejections_total``                 429/42901/42902 answers the runs got
@@ -48,7 +48,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from feiqiu_etl import registry
+from feiqiu_etl.common.status import RECORDED
 from feiqiu_etl.registry.freshness import Schedule, freshness_report
 
 PREFIX = "feiqiu_etl_"
@@ -123,7 +123,7 @@ def read_snapshot(conn: psycopg.Connection, *, connector: str, schedule: Schedul
     session's ``statement_timeout``, restored afterwards). Raises psycopg errors (a statement over its limit:
     ``QueryCanceled``)."""
     with _statement_timeout(conn, timeout_s):
-        by_status = {s: 0 for s in registry.STATUSES}
+        by_status = {s: 0 for s in RECORDED}
         for status, n in conn.execute("SELECT status, count(*) FROM etl_meta.run GROUP BY 1").fetchall():
             by_status[status] = n
         rows, requests, rejections, errors, last_success = conn.execute(_TOTALS).fetchone()

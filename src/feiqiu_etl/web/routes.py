@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,21 +25,39 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from feiqiu_etl.app.reads import run_detail
 from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
-from feiqiu_etl.web import ids, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web import charts, i18n, ids, overview, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
+from feiqiu_etl.web.format import ts
+from feiqiu_etl.web.i18n import N_
 from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
+from feiqiu_etl.common.status import RECORDED, Status
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
+RUNS_PARAMS = ("status", "store", "page", "per_page")
+"""Query parameters of the Runs page: ``/?status=…`` (the old address of Runs) is sent on to ``/runs``."""
+LANG_COOKIE_AGE = 365 * 86400
 
 
 class BadRequest(Exception):
-    """A query parameter that cannot be used; one line for the page or the JSON body (400)."""
+    """A query parameter that cannot be used; one line for the page or the JSON body (400). ``message`` is a
+    catalog message (English, :func:`~feiqiu_etl.web.i18n.N_`) with ``%(name)s`` fields from ``values``: the
+    JSON body says it in English, the page in the request's language."""
+
+    def __init__(self, message: str, **values: Any):
+        self.message, self.values = message, values
+        super().__init__(message % values if values else message)
+
+    def text(self, translate) -> str:
+        """The message in a language (``translate``: English → that language)."""
+        message = translate(self.message)
+        return message % self.values if self.values else message
 
 
 def _state(request: Request) -> AppState:
@@ -47,24 +66,24 @@ def _state(request: Request) -> AppState:
 
 # ------------------------------------------------------------------------------------------------------ pages
 def runs_page(request: Request) -> Response:
-    """``/``: runs newest first, paged, filtered by status and store; running runs with their live totals."""
+    """``/runs``: runs newest first, paged, filtered by status and store; running runs with their live totals."""
     web = _state(request)
     q = _runs_query(request)
     with web.db() as conn:
         total = registry.count_runs(conn, status=q["status"], store=q["store"])
         rows = registry.list_runs(conn, limit=q["per_page"], offset=(q["page"] - 1) * q["per_page"],
                                   status=q["status"], store=q["store"])
-        live = queries.live_totals(conn, [r["run_id"] for r in rows if r["status"] == "RUNNING"])
+        live = queries.live_totals(conn, [r.run_id for r in rows if r.status == Status.RUNNING])
         stores = queries.store_ids(conn)
     pages = max(1, -(-total // q["per_page"]))
 
     def link(**change) -> str:
         params = {k: v for k, v in {**q, **change}.items() if v not in (None, "") and
                   not (k == "per_page" and v == PER_PAGE) and not (k == "page" and v == 1)}
-        return "/" + (f"?{urlencode(params)}" if params else "")
+        return "/runs" + (f"?{urlencode(params)}" if params else "")
 
     return web.page(request, "runs.html", nav="runs", runs=rows, live=live, total=total, q=q, pages=pages,
-                    stores=stores, statuses=registry.STATUSES, link=link)
+                    stores=stores, statuses=RECORDED, link=link)
 
 
 def run_page(request: Request) -> Response:
@@ -74,12 +93,12 @@ def run_page(request: Request) -> Response:
     with web.db() as conn:
         rid = registry.resolve_run_id(conn, wanted)
         if rid is None:
-            raise HTTPException(404, f"no run {wanted!r}")
+            raise HTTPException(404, web.gettext(request, N_("no run %(id)s")) % {"id": repr(wanted)})
         if rid != wanted:
             return RedirectResponse(f"/runs/{rid}", 303)
-        run = registry.get_run(conn, rid)
+        run = run_detail(conn, rid)
         attempts = registry.run_requests(conn, rid)
-    summary = run.get("summary") or {}
+    summary = run.summary or {}
     svg = _timeline(run, attempts)
     tasks = summary.get("tasks") or []
     stores: dict[Any, dict] = {}
@@ -91,15 +110,15 @@ def run_page(request: Request) -> Response:
         by_store.setdefault(t.get("site_id"), []).append(t)
     log_task = request.query_params.get("task") or None
     log_site = _int(request, "site", 0, 0, 2**53) or None
-    log = [e for e in run.get("log") or [] if (log_task is None or e.get("task") == log_task)
+    log = [e for e in run.log or [] if (log_task is None or e.get("task") == log_task)
            and (log_site is None or e.get("site_id") == log_site)]
-    from feiqiu_etl.report import reconcile_lines  # the same lines as `show RUN` (issue 25)
+    from feiqiu_etl.formats import reconcile_lines  # the same lines as `show RUN` (issue 25)
 
     return web.page(request, "run.html", nav="runs", run=run, summary=summary, stores=stores, by_store=by_store,
                     log=log, log_task=log_task, log_site=log_site, reconcile=reconcile_lines(tasks),
                     svg=Markup(svg), counts=attempt_counts(attempts), attempts=len(attempts),
-                    config_json=json.dumps(queries.jsonable(run.get("config")), indent=1, ensure_ascii=False),
-                    args_json=json.dumps(queries.jsonable(run.get("args")), indent=1, ensure_ascii=False))
+                    config_json=json.dumps(queries.jsonable(run.config), indent=1, ensure_ascii=False),
+                    args_json=json.dumps(queries.jsonable(run.args), indent=1, ensure_ascii=False))
 
 
 def timeline_image(request: Request) -> Response:
@@ -108,7 +127,7 @@ def timeline_image(request: Request) -> Response:
         run = registry.get_run(conn, request.path_params["run_id"], with_log=False)
         if run is None:
             raise HTTPException(404, "no such run")
-        attempts = registry.run_requests(conn, run["run_id"])
+        attempts = registry.run_requests(conn, run.run_id)
     return Response(_timeline(run, attempts), media_type="image/svg+xml")
 
 
@@ -150,14 +169,15 @@ async def login(request: Request) -> Response:
     address = client_address(request.scope)  # from here to the check: no await (one step, see security)
     wait = web.security.throttle.wait(address)
     if wait > 0:
-        response = await show_login(web, request, 429, error="Too many failed logins from your address: try again "
-                                                            f"in {retry_after(wait)} s.")
+        response = await show_login(web, request, 429, error=web.gettext(request, N_(
+            "Too many failed logins from your address: try again in %(s)s s.")) % {"s": retry_after(wait)})
         response.headers["Retry-After"] = retry_after(wait)
         return response
     sid = web.security.login(str(form.get("token") or ""), address)
     if sid is None:
         await asyncio.sleep(0.5)  # slows guessing down
-        return await show_login(web, request, 401, error="That is not the token this server was started with.")
+        return await show_login(web, request, 401, error=web.gettext(
+            request, N_("That is not the token this server was started with.")))
     response = RedirectResponse(safe_next(str(form.get("next") or "/")), 303)
     response.set_cookie(SESSION_COOKIE, sid, max_age=int(SESSION_TTL), httponly=True, samesite="strict", path="/")
     return response
@@ -172,6 +192,75 @@ async def logout(request: Request) -> Response:
     web.security.logout(request.state.session)
     response = RedirectResponse("/login", 303)
     response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# ---------------------------------------------------------------------------- overview, history, language
+def overview_page(request: Request) -> Response:
+    """``/``: the chain overview. The Runs page's parameters (``/?status=…``) redirect to ``/runs``."""
+    if any(k in request.query_params for k in RUNS_PARAMS):
+        return RedirectResponse("/runs?" + request.url.query, 303)
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    lang = web.language(request)
+    with web.db() as conn:
+        model = overview.build_overview(conn, web.settings, hours, web.finished_runs)
+    last = (model["now"] - timedelta(hours=12)).date()  # the night queries.finished_runs gives a run started now
+    bar_label = i18n.gettext(lang, N_("rows per night {first} – {last}: {low} to {high}"))
+    for store in model["stores"]:
+        store["chart"] = Markup(charts.night_bars(store["nights"], last, nights=overview.NIGHTS, label=bar_label))
+    return web.page(request, "overview.html", nav="overview", m=model, hours=hours,
+                    connector=web.settings.connector)
+
+
+def api_overview(request: Request) -> Response:
+    """``GET /api/overview?hours=``: the overview's payload (``build_overview``) as JSON."""
+    web = _state(request)
+    hours = _hours(request, web.settings.stale_hours)
+    with web.db() as conn:
+        model = overview.build_overview(conn, web.settings, hours, web.finished_runs)
+    for store in model["stores"]:
+        store["nights"] = {d.isoformat(): n for d, n in sorted(store["nights"].items())}
+    model["cells"] = {str(site): row for site, row in model["cells"].items()}
+    return JSONResponse(queries.jsonable(model))
+
+
+def history_page(request: Request) -> Response:
+    """``/history?site=&task=``: one cell of the overview over the last 30 days — its freshness now, every run
+    that ran it with the result, and the age of its data at each load as a chart (windowed tasks)."""
+    web = _state(request)
+    site = _int(request, "site", 0, 1, 2**53)
+    task = (request.query_params.get("task") or "").strip().upper()
+    if not site or task not in web.settings.task_codes:
+        raise BadRequest(N_("site and task are required (a task of the connector)"))
+    hours = _hours(request, web.settings.stale_hours)
+    lang = web.language(request)
+    with web.db() as conn:
+        report = queries.freshness_report(conn, web.settings, hours)
+        data = queries.cell_history(conn, web.settings.connector, site, task, overview.NIGHTS)
+    row = next((r for r in report["rows"] if r["site_id"] == site and r["task"] == task), None)
+    start = data["now"] - timedelta(days=overview.NIGHTS)
+    span = (data["now"] - start).total_seconds()
+    points = [(max(0.0, min(1.0, (p["completed_at"] - start).total_seconds() / span)),
+               max(0.0, float(p["lag_seconds"]) / 3600.0)) for p in data["loads"]]
+    axis = [ts(start, seconds=False)[:10], ts(start + timedelta(days=overview.NIGHTS / 2), seconds=False)[:10],
+            ts(data["now"], seconds=False)[:10]]
+    svg = charts.age_trend(points, stale_hours=hours, axis=axis,
+                           label=i18n.gettext(lang, N_("{hours} h")))
+    name = dict(getattr(web.settings, "store_names", {}) or {}).get(site)
+    return web.page(request, "history.html", nav="overview", site=site, task=task, row=row, hours=hours,
+                    runs=data["runs"], loads=data["loads"], chart=Markup(svg), store_name=name,
+                    colour=overview.colour(row["age_seconds"], hours * 3600) if row else "never")
+
+
+async def switch_language(request: Request) -> Response:
+    """``/lang/<code>?next=/path``: remember ``code`` (zh-CN, en) in the ``lang`` cookie for a year and go back
+    to ``next`` (a local path only)."""
+    code = i18n.normalise(request.path_params["code"])
+    if code not in i18n.LANGUAGES:
+        raise HTTPException(404, "Not Found")
+    response = RedirectResponse(safe_next(request.query_params.get("next")), 303)
+    response.set_cookie(i18n.COOKIE, code, max_age=LANG_COOKIE_AGE, samesite="lax", path="/", httponly=True)
     return response
 
 
@@ -191,7 +280,7 @@ def api_run(request: Request) -> Response:
     """``GET /api/runs/{id}``: the run as ``show --json`` gives it (``id`` may be a unique prefix or ``last``)."""
     with _state(request).db() as conn:
         rid = registry.resolve_run_id(conn, request.path_params["run_id"])
-        run = registry.get_run(conn, rid) if rid else None
+        run = run_detail(conn, rid) if rid else None
     if run is None:
         return _json({"error": "no such run"}, 404)
     return _json(run)
@@ -252,12 +341,12 @@ def api_csrf(request: Request) -> Response:
 
 
 def api_statistics(request: Request) -> Response:
-    """``GET /api/statistics``: counters of the live feed, of access control, of ``/metrics`` and of the
-    connection pool."""
+    """``GET /api/statistics``: counters of the live feed, of access control, of ``/metrics``, of the overview's
+    cache of finished runs and of the connection pool."""
     web = _state(request)
     stats = web.pool.get_stats()
     return _json({"feed": asdict(web.feed.statistics()), "security": asdict(web.security.statistics()),
-                  "metrics": asdict(web.metrics.statistics()),
+                  "metrics": asdict(web.metrics.statistics()), "overview": web.finished_runs.statistics(),
                   "pool": {k: stats.get(k) for k in ("pool_size", "pool_available", "requests_num",
                                                      "requests_waiting", "connections_errors")}})
 
@@ -278,7 +367,7 @@ async def api_cancel(request: Request) -> Response:
     before = await run_in_threadpool(_cancel, web, run_id, who)
     if before is None:
         return _json({"error": "no such run", "run_id": run_id}, 404)
-    if before != "RUNNING":
+    if before != Status.RUNNING:
         return _json({"error": f"run is not running (status {before})", "run_id": run_id, "status": before}, 409)
     if is_form:
         return RedirectResponse("/live", 303)
@@ -291,25 +380,32 @@ def _cancel(web: AppState, run_id: str, who: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------- errors
+_TRANSLATED_DETAILS = (N_("Not Found"), N_("no such run"))  # Starlette's 404 and ours, shown in the page's language
+
+
 async def not_found(request: Request, exc: HTTPException) -> Response:
     if request.url.path.startswith("/api/"):
         return _json({"error": exc.detail}, exc.status_code)
-    return _state(request).page(request, "error.html", exc.status_code, title=str(exc.status_code),
-                                message=exc.detail)
+    web = _state(request)
+    detail = web.gettext(request, exc.detail) if exc.detail in _TRANSLATED_DETAILS else exc.detail
+    return web.page(request, "error.html", exc.status_code, title=str(exc.status_code), message=detail)
 
 
 async def bad_request(request: Request, exc: BadRequest) -> Response:
     if request.url.path.startswith("/api/"):
         return _json({"error": str(exc)}, 400)
-    return _state(request).page(request, "error.html", 400, title="Bad request", message=str(exc))
+    web = _state(request)
+    return web.page(request, "error.html", 400, title=web.gettext(request, N_("Bad request")),
+                    message=exc.text(lambda m: web.gettext(request, m)))
 
 
 async def database_error(request: Request, exc: Exception) -> Response:
     web = _state(request)
-    message = "database unavailable: " + scrub(one_line(exc, with_type=False), web.settings.dsn)
+    reason = scrub(one_line(exc, with_type=False), web.settings.dsn)
     if request.url.path.startswith("/api/"):
-        return _json({"error": message}, 503)
-    return web.page(request, "error.html", 503, title="Database unavailable", message=message)
+        return _json({"error": "database unavailable: " + reason}, 503)
+    return web.page(request, "error.html", 503, title=web.gettext(request, N_("Database unavailable")),
+                    message=web.gettext(request, N_("database unavailable: %(reason)s")) % {"reason": reason})
 
 
 def _error_handlers() -> dict:
@@ -324,7 +420,11 @@ def _error_handlers() -> dict:
 
 
 ROUTES = [
-    Route("/", runs_page),
+    Route("/", overview_page),
+    Route("/runs", runs_page),
+    Route("/history", history_page),
+    Route("/lang/{code}", switch_language),
+    Route("/api/overview", api_overview),
     Route("/runs/{run_id:run_id}", run_page),
     Route("/runs/{run_id:run_id}/timeline.svg", timeline_image),
     Route("/live", live_page),
@@ -371,16 +471,18 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise BadRequest(f"{name} must be a whole number, got {raw[:40]!r}") from None
+        raise BadRequest(N_("%(name)s must be a whole number, got %(raw)s"), name=name, raw=repr(raw[:40])) from None
     if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+        raise BadRequest(N_("%(name)s must be between %(low)s and %(high)s, got %(value)s"), name=name, low=low,
+                         high=high, value=value)
     return value
 
 
 def _runs_query(request: Request) -> dict[str, Any]:
     status = (request.query_params.get("status") or "").strip().upper() or None
-    if status is not None and status not in registry.STATUSES:
-        raise BadRequest(f"status must be one of {', '.join(registry.STATUSES)}, got {status[:40]!r}")
+    if status is not None and status not in RECORDED:
+        raise BadRequest(N_("status must be one of %(known)s, got %(raw)s"), known=", ".join(RECORDED),
+                         raw=repr(status[:40]))
     store = _int(request, "store", 0, 0, 2**53) or None
     return {"status": status, "store": store, "page": _int(request, "page", 1, 1, 10**7),
             "per_page": _int(request, "per_page", PER_PAGE, 1, MAX_PER_PAGE)}
@@ -393,16 +495,16 @@ def _hours(request: Request, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise BadRequest(f"hours must be a number, got {raw[:40]!r}") from None
+        raise BadRequest(N_("hours must be a number, got %(raw)s"), raw=repr(raw[:40])) from None
     if not 0 < value <= 24 * 365 or value != value:
-        raise BadRequest(f"hours must be above 0 and at most {24 * 365}, got {raw[:40]}")
+        raise BadRequest(N_("hours must be above 0 and at most %(max)s, got %(raw)s"), max=24 * 365, raw=raw[:40])
     return value
 
 
-def _timeline(run: dict, attempts: list[dict]) -> str:
-    summary = run.get("summary") or {}
-    finished = run.get("status") != "RUNNING"
-    return timeline_svg(attempts, started_at=run["started_at"],
-                        seconds=float(run["duration"]) if finished and run.get("duration") is not None else None,
+def _timeline(run: registry.RunDetail, attempts: list[dict]) -> str:
+    summary = run.summary or {}
+    finished = run.status != Status.RUNNING
+    return timeline_svg(attempts, started_at=run.started_at,
+                        seconds=float(run.duration) if finished and run.duration is not None else None,
                         rows_series=(summary.get("timeline") or {}).get("rows"),
                         lanes=[lane["name"] for lane in summary.get("lanes") or [] if lane.get("name")])

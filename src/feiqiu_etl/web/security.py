@@ -4,8 +4,8 @@
   any other address (127.0.0.2 and 0.0.0.0 included) needs one, or the command refuses to start.
 * **With a token** every request carries ``Authorization: Bearer <token>`` (API clients) or the session
   cookie that ``POST /login`` sets after the token was typed into the login form (browsers); anything else
-  gets 401 (a browser asking for a page gets the login form with that status). Only ``/login`` and our own
-  ``/static/`` files (no data in them) are served without it.
+  gets 401 (a browser asking for a page gets the login form with that status). Only ``/login``, our own
+  ``/static/`` files and the language switch ``/lang/<code>`` (no data in them) are served without it.
 * **Without a token** (loopback only) the ``Host`` header must name a loopback address, so that a page of
   another site cannot reach the server through DNS rebinding.
 * **CSRF**: a POST from a browser must carry ``X-CSRF-Token`` (or the form field ``csrf_token``) equal to
@@ -50,7 +50,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 SESSION_COOKIE = "feiqiu_session"
 CSRF_HEADER = "x-csrf-token"
 LOCAL_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
-PUBLIC_PATHS = ("/login", "/static/")
+PUBLIC_PATHS = ("/login", "/static/", "/lang/")  # /lang/<code>: the language switch (a cookie, no data)
 SESSION_TTL = 12 * 3600.0
 """Seconds a login lasts."""
 MAX_SESSIONS = 1000

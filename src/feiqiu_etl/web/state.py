@@ -8,11 +8,13 @@ the application starts (:meth:`AppState.lifespan`) and closes, with the live fee
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
 
 import psycopg
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -21,7 +23,8 @@ from starlette.responses import HTMLResponse
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE, connect, redact_dsn
 from feiqiu_etl.db.health import DatabaseWatchdog
 from feiqiu_etl.web import queries
-from feiqiu_etl.web.format import FILTERS
+from feiqiu_etl.web import i18n
+from feiqiu_etl.web.format import filters
 from feiqiu_etl.web.live import LiveFeed
 from feiqiu_etl.web.metrics import MetricsEndpoint
 from feiqiu_etl.web.security import Security
@@ -51,10 +54,13 @@ class AppState:
                                    timeout=min(settings.connect_timeout, settings.read_timeout))
         self.watchdog = DatabaseWatchdog(settings.read_timeout, name="web-db-watchdog",
                                          probe=lambda: connect(settings.dsn, connect_timeout=settings.connect_timeout))
-        self.templates = _templates()
+        self.templates = {lang: _templates(lang, settings) for lang in i18n.LANGUAGES}
         self.shown_dsn = describe_dsn(settings.dsn)
         self.feed = LiveFeed(self.read_status, sweep=self.sweep, interval=settings.poll_interval)
         self.metrics = MetricsEndpoint(self.db, settings)
+        from feiqiu_etl.web.overview import FinishedRuns
+
+        self.finished_runs = FinishedRuns()  # the overview's summaries of finished runs, per run id
 
     @contextlib.contextmanager
     def db(self) -> Iterator[psycopg.Connection]:
@@ -75,14 +81,29 @@ class AppState:
         with self.db() as conn:
             sweep_and_alert(conn, self.settings.run_stale_after)
 
+    def language(self, request: Request) -> str:
+        """The request's language (:func:`feiqiu_etl.web.i18n.choose`: switch cookie, ``web.language``,
+        ``Accept-Language``)."""
+        return i18n.choose(request.cookies.get(i18n.COOKIE), self.settings.language,
+                           request.headers.get("accept-language"))
+
+    def gettext(self, request: Request, message: str) -> str:
+        """``message`` in the request's language (for texts built in Python: errors, login messages)."""
+        return i18n.gettext(self.language(request), message)
+
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         """``template`` rendered with ``context`` plus what every page shows (CSRF token, who is logged in,
-        the database, the version, the time zone)."""
+        the database, the version, the time zone), in the request's language (:meth:`language`)."""
+        lang = self.language(request)
         context.update(request=request, csrf_token=self.security.csrf_token(request.state.session),
                        auth=request.state.auth, shown_dsn=self.shown_dsn, version=self.settings.version,
-                       time_zone=SESSION_TIME_ZONE)
+                       time_zone=SESSION_TIME_ZONE, lang=lang)
+        context.setdefault("store_names", self.settings.store_names)
         context.setdefault("nav", "")
-        return HTMLResponse(self.templates.get_template(template).render(**context), status)
+        response = HTMLResponse(self.templates[lang].get_template(template).render(**context), status)
+        response.headers["Content-Language"] = lang
+        response.headers["Vary"] = "Accept-Language, Cookie"
+        return response
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
@@ -96,10 +117,17 @@ class AppState:
             await run_in_threadpool(self.pool.close, 2.0)
 
 
-def _templates() -> Environment:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html", "svg"],
-                                                                                               default=True))
-    env.filters.update(FILTERS)
+def _templates(lang: str, settings: "WebSettings | None" = None) -> Environment:
+    """The templates in ``lang``: Jinja2's i18n extension with that language's gettext catalog (newstyle:
+    ``_("%(n)s rows", n=3)`` formats and escapes), its filters (:func:`feiqiu_etl.web.format.filters`) and
+    ``js_i18n``, the JSON catalog of the page's JavaScript."""
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), extensions=["jinja2.ext.i18n"],
+                      autoescape=select_autoescape(["html", "svg"], default=True))
+    env.install_gettext_translations(i18n.translations(lang), newstyle=True)
+    env.filters.update(filters(lang, settings.task_names if settings else {}))
+    env.globals.update(lang=lang, languages=i18n.LANGUAGES, language_names=i18n.NAMES, Markup=Markup,
+                       js_i18n=json.dumps(dict(i18n.js_catalog(lang)), ensure_ascii=False)
+                       .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
     return env
 
 

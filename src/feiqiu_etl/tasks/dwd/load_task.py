@@ -17,8 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
+from feiqiu_etl.common.status import Status
 from feiqiu_etl.db.connection import connect
 from feiqiu_etl.db.health import DatabaseHealth
 from feiqiu_etl.errortext import one_line
@@ -28,7 +29,6 @@ from feiqiu_etl.tasks.dwd.quarantine import QuarantinedRow, held
 from feiqiu_etl.tasks.dwd.scd2 import merge_dim_scd2
 from feiqiu_etl.tasks.dwd.staging import LoadCounts
 
-SummaryStatus = Literal["SUCCESS", "PARTIAL", "FAILED", "CANCELLED"]
 CANCELLED_BEFORE_START = "cancelled before start"
 
 
@@ -90,15 +90,15 @@ class DwdSummary:
         return [{"table": t.table, "error": t.error} for t in self.tables if t.error is not None]
 
     @property
-    def status(self) -> SummaryStatus:
+    def status(self) -> Status:
         """``CANCELLED`` when a table was not started because of a cancel; else ``SUCCESS`` when nothing
         failed and nothing is quarantined, ``FAILED`` when every table failed, else ``PARTIAL`` (quarantined
         rows are items that failed while the rest loaded: README's exit code 3)."""
         if any(t.error == CANCELLED_BEFORE_START for t in self.tables):
-            return "CANCELLED"
+            return Status.CANCELLED
         if self.failed == 0:
-            return "PARTIAL" if self.quarantined else "SUCCESS"
-        return "FAILED" if self.succeeded == 0 else "PARTIAL"
+            return Status.PARTIAL if self.quarantined else Status.SUCCESS
+        return Status.FAILED if self.succeeded == 0 else Status.PARTIAL
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``{"now", "tables": [...], "succeeded", "failed", "errors": [...], "quarantined"}``."""

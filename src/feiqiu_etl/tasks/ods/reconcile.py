@@ -64,6 +64,8 @@ class IntegrityRules:
     refetch_listings: int = 2
     zero_floor: int = 20
     zero_weeks: int = 4
+    max_delete_share: float = 0.2
+    max_delete_rows: int = 5
 
 
 @dataclass
@@ -144,8 +146,11 @@ class Reconciler:
         self.limit = limit
         self.expected = dict(expected or {})
         self.refetches = 0
+        self.recorded: list[ListingOutcome] = []
+        """The outcomes recorded so far (``etl_meta.listing_reconcile`` rows of this task), in order."""
         self._attempts: dict[Hashable, list[_Attempt]] = {}
         self._final: dict[Hashable, tuple[str, str | None]] = {}
+        self._distinct: dict[Hashable, int] = {}
         self._lock = threading.Lock()
 
     def page(self, scope: Hashable, attempt: int, page: int, total: Any, keys: Iterable[tuple], rows: int,
@@ -172,17 +177,21 @@ class Reconciler:
             if rows and total_now is not None and len(current.keys) < total_now and self.limit \
                     and page * self.limit < total_now:
                 return MORE  # short, but the total says records are still to come
-            verdict, reason = judge(current, self.limit, self.expected.get(scope), self.rules.zero_floor)
+            expected, floor = self.expected.get(scope), self.rules.zero_floor
+            verdict, reason = judge(current, self.limit, expected, floor)
             if verdict != OK and attempt == 1 and self.refetches < self.rules.refetch_listings:
                 self.refetches += 1
                 return REFETCH
             if verdict == OK and attempt > 1:
-                verdict, reason = REFETCHED, f"listing 1: {judge(attempts[0], self.limit, self.expected.get(scope), self.rules.zero_floor)[1]}"
+                verdict, reason = REFETCHED, f"listing 1: {judge(attempts[0], self.limit, expected, floor)[1]}"
             elif verdict != OK and attempt == 1 and self.refetches >= self.rules.refetch_listings:
                 reason = f"{reason}; no refetch left ({self.rules.refetch_listings} per task and run)"
             elif verdict != OK:
                 reason = f"{reason}, also after a refetch"
             self._final[scope] = (verdict, reason)
+            self._distinct[scope] = len(set().union(*(a.keys for a in attempts)))
+            for a in attempts:  # a long first load holds no key set per finished listing
+                a.keys = set()
             return END
 
     def verdict(self, scope: Hashable) -> tuple[str, str | None]:
@@ -199,9 +208,12 @@ class Reconciler:
             attempts = list(self._attempts.get(scope, []))
         first = attempts[0].first_total if attempts else None
         moved = sorted({t for a in attempts for t in a.totals} - ({first} if first is not None else set()))
-        keys: set = set().union(*(a.keys for a in attempts)) if attempts else set()
+        with self._lock:
+            distinct = self._distinct.get(scope)
+            if distinct is None:
+                distinct = len(set().union(*(a.keys for a in attempts))) if attempts else 0
         return ListingOutcome(kind, start, end, first, moved, sum(a.pages for a in attempts),
-                              sum(a.rows for a in attempts), len(keys), max(1, len(attempts)),
+                              sum(a.rows for a in attempts), distinct, max(1, len(attempts)),
                               self.expected.get(scope), verdict=verdict, reason=reason)
 
 

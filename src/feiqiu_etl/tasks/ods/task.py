@@ -34,9 +34,11 @@ from feiqiu_etl.statistics import Queues, TaskStatistics
 from feiqiu_etl.tasks.ods.drift import FieldTracker, record_drift
 from feiqiu_etl.tasks.ods import reconcile
 from feiqiu_etl.tasks.ods.processing import OdsProcessor, PageTotals, SnapshotState
+from feiqiu_etl.tasks.ods.deletions import GuardRules
 from feiqiu_etl.tasks.ods.reconcile import IntegrityRules, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailFailed, layouts_for
 from feiqiu_etl.tasks.ods.writer import OdsWriter, detail_request
+from feiqiu_etl.common.status import Status
 
 
 class PlannedTask(Protocol):
@@ -108,6 +110,7 @@ class TaskRun:
     schema_drift: list[dict] = field(default_factory=list)  # tasks/ods/drift.py: new/lost fields, reported once
     deferred_details: int = 0  # a snapshot's recent part: details recorded as owed for the owed part
     reconcile: dict | None = None  # tasks/ods/reconcile.py: verdict counts, refetches, listings not ok (issue 25)
+    deletions: dict | None = None  # tasks/ods/deletions.py: the snapshot's soft delete as the guard decided it
 
     @property
     def status(self) -> str:
@@ -120,14 +123,14 @@ class TaskRun:
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
             "schema_drift": self.schema_drift, "deferred_details": self.deferred_details,
-            "reconcile": self.reconcile, **self.result.to_dict(),
+            "reconcile": self.reconcile, "deletions": self.deletions, **self.result.to_dict(),
         }
 
     @classmethod
     def not_run(cls, task: PlannedTask, reason: str, status: str, lane: str | None = None) -> "TaskRun":
         """A planned task that never started (its store or lane stopped, or the run was cancelled)."""
         spec = task.spec
-        result = PipelineResult(status=status, cancelled=status == "CANCELLED")
+        result = PipelineResult(status=status, cancelled=status == Status.CANCELLED)
         return cls(spec.code, task.site_id, spec.table, spec.detail.target_table if spec.detail else None, result,
                    [(fmt(w.start), fmt(w.end)) for w in task.windows], lane=lane, skipped=reason)
 
@@ -227,7 +230,6 @@ class BaseOdsTask:
             totals = PageTotals()
             expected = slot.run(lambda c: self._expectations(c, site_id))
             reconciler = Reconciler(ctx.integrity, spec.page_size, expected)
-            listings: list = []
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields, totals=totals, reconciler=reconciler,
@@ -252,7 +254,7 @@ class BaseOdsTask:
 
             def on_scope(scope: Any, ok: bool) -> WriteResult | None:
                 return through(lambda: self._scope_done(writer, site_id, scope, ok, snapshot, run_started, note,
-                                                        reconciler, listings))
+                                                        reconciler))
 
             seeds = list(self._seeds(site_id, pending))
             recheck = _Recheck(spec, rechecks, writer, site_id, self.task.recheck_budget)
@@ -265,6 +267,14 @@ class BaseOdsTask:
             drift = self._drift(slot, fields)
         finally:
             slot.close()
+        guard = note.get("deletions")
+        if guard is not None and guard.held:  # issue 25 part 4: the task ends PARTIAL naming the share and rows
+            rules = GuardRules(ctx.integrity.max_delete_share, ctx.integrity.max_delete_rows)
+            result.errors.append({"error": guard.describe(spec.code, site_id, rules), "stage": "deletion guard",
+                                  "held_deletions": guard.held, "live_rows": guard.live})
+            result.processing_failures += 1
+            if result.status == Status.SUCCESS:
+                result.status = Status.PARTIAL.value
         for gap in result.unreconciled():  # README "Counts that add up": a bookkeeping bug, never expected
             self.logger.error("counts do not add up: %s", gap)
         for parent in writer.given_up:
@@ -277,7 +287,9 @@ class BaseOdsTask:
                        recheck={"budget": self.task.recheck_budget, "used": recheck.used,
                                 "credit": self.task.recheck_credit} if spec.detail else None,
                        schema_drift=drift, deferred_details=writer.deferred,
-                       reconcile=reconcile.summary(listings, reconciler.refetches, ctx.integrity.refetch_listings))
+                       reconcile=reconcile.summary(reconciler.recorded, reconciler.refetches,
+                                                   ctx.integrity.refetch_listings),
+                       deletions=guard.to_dict() if guard is not None else None)
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then
@@ -401,7 +413,7 @@ class BaseOdsTask:
     # ----------------------------------------------------------------- scope completions (writer thread)
     def _scope_done(self, writer: OdsWriter, site_id: int, scope: Any, ok: bool,
                     snapshot: SnapshotState | None, run_started: datetime, note: dict,
-                    reconciler: Reconciler | None = None, listings: list | None = None) -> WriteResult | None:
+                    reconciler: Reconciler | None = None) -> WriteResult | None:
         if not isinstance(scope, tuple) or scope[0] not in ("segment", "snapshot"):
             return None
         deleted = None
@@ -420,10 +432,10 @@ class BaseOdsTask:
             return WriteResult(deleted=deleted) if deleted is not None else None
         finally:
             if reconciler is not None:
-                self._record_listing(writer, site_id, scope, reconciler, deleted or 0, listings)
+                self._record_listing(writer, site_id, scope, reconciler, deleted or 0)
 
     def _record_listing(self, writer: OdsWriter, site_id: int, scope: tuple, reconciler: Reconciler,
-                        deleted: int, listings: list | None) -> None:
+                        deleted: int) -> None:
         """The listing's row of ``etl_meta.listing_reconcile`` (issue 25), with its ODS outcome."""
         outcome = reconciler.outcome(scope)
         outcome.ods_inserted, outcome.ods_updated, outcome.ods_unchanged = writer.scope_counts.pop(scope, (0, 0, 0))
@@ -431,8 +443,7 @@ class BaseOdsTask:
         with writer.conn.transaction():
             reconcile.record(writer.conn, run_id=self.ctx.run_id, connector=self.conv.connector,
                              task_code=self.spec.code, site_id=site_id, outcome=outcome)
-        if listings is not None:
-            listings.append(outcome)
+        reconciler.recorded.append(outcome)
         if outcome.verdict in reconcile.ALERTED:
             self.logger.warning("listing %s: %s (%s)", outcome.verdict, outcome.reason,
                                 "snapshot" if scope[0] == "snapshot" else f"{fmt(scope[3])} - {fmt(scope[4])}")
@@ -450,9 +461,18 @@ class BaseOdsTask:
             note["snapshot"] = f"soft delete skipped: {reason}"
             self.logger.warning("snapshot incomplete, soft delete skipped: %s", reason)
             return None
-        deleted = writer.mark_missing_as_deleted(site_id, snapshot.keys, run_started, complete_at=run_started)
-        note["snapshot"] = f"complete; {deleted} row(s) soft-deleted"
-        return deleted
+        rules = GuardRules(self.ctx.integrity.max_delete_share, self.ctx.integrity.max_delete_rows)
+        guard = writer.guarded_delete(site_id, snapshot.keys, run_started, rules, complete_at=run_started)
+        note["snapshot"] = f"complete; {guard.deleted} row(s) soft-deleted" + (
+            f" ({guard.confirmed} held back earlier, now confirmed)" if guard.confirmed else "") + (
+            f"; {guard.held} of {guard.live} live row(s) held back" if guard.held else "")
+        note["deletions"] = guard
+        if guard.held:
+            self.logger.warning("%s", guard.describe(self.spec.code, site_id, rules))
+        elif guard.confirmed:
+            self.logger.info("%d held-back deletion(s) confirmed by this complete snapshot and applied",
+                             guard.confirmed)
+        return guard.deleted
 
 
 

@@ -303,6 +303,7 @@ class OdsWriter:
         closed ``SqlKeyType`` list."""
         schema, name = split_table(layout.table)
         target = sql.Identifier(schema, name)
+        owes = layout.table == self.spec.table and bool(self.spec.owes_details)
         typed = self._columns(layout)
         conflict = ["site_id", *layout.key_columns]
         columns = [c for c, _ in typed] + ["payload", "run_id"]
@@ -328,10 +329,14 @@ class OdsWriter:
         ).format(
             target=target, cols=sql.SQL(", ").join(map(sql.Identifier, columns)), select=select,
             arrays=arrays, alias=alias, conflict=keys, sets=sql.SQL(", ").join(sets), same=same,
-            ret=sql.SQL(", ").join([keys, sql.SQL("t.payload")] if parents else [keys]),
+            ret=sql.SQL(", ").join([keys, sql.SQL("t.payload")] if parents or owes else [keys]),
         )
         if not parents:
-            return sql.SQL("WITH w AS ({}) SELECT count(*) FILTER (WHERE inserted), count(*) FROM w").format(upsert)
+            owed = sql.SQL("").join(sql.SQL(", {} AS ({})").format(sql.Identifier(f"owed_{i}"), self._owe_sql(
+                rule, sql.SQL("SELECT DISTINCT w.site_id, w.payload ->> {} AS k FROM w").format(
+                    sql.Literal(rule.parent_field)))) for i, rule in enumerate(self.spec.owes_details if owes else ()))
+            return sql.SQL("WITH w AS ({}){} SELECT count(*) FILTER (WHERE inserted), count(*) FROM w").format(
+                upsert, owed)
         # Detail parents: the stored payload before this statement (one snapshot for the whole WITH) tells a
         # change that needs no detail: both payloads without the volatile fields (Q11) are equal once the new
         # one also drops the fields the old one lacked (schema drift). Each part is left out when the task's
@@ -354,6 +359,30 @@ class OdsWriter:
         ).format(okeys=sql.SQL(", ").join(sql.SQL("o.{}").format(sql.Identifier(c)) for c in conflict),
                  target=target, old_keys=old_keys, upsert=upsert, match=match, ignore=ignore, new_fields=new_fields,
                  wkeys=sql.SQL(", ").join(sql.SQL("w.{}").format(sql.Identifier(c)) for c in conflict))
+
+    # ------------------------------------------------------------------ details another task's rows make due
+    def _owe_sql(self, rule, changed: sql.Composable) -> sql.Composed:
+        """An INSERT of ``etl_meta.detail_pending`` rows for the live parents (``rule``: an ``OwedParent``) that
+        the rows of ``changed`` (a query of ``site_id, k``: the parent key as text) name, with the parent's stored
+        list record as the request's record; an entry already owed stays as it is (issue 25 part 6)."""
+        schema, name = split_table(rule.parent_table)
+        return sql.SQL(
+            "INSERT INTO etl_meta.detail_pending (connector, task_code, site_id, parent_key, record, attempts) "
+            "SELECT {conn}, {task}, p.site_id, p.{pk}::text, p.payload, 0 FROM {parents} p "
+            "JOIN ({changed}) c ON c.site_id = p.site_id AND c.k = p.{pk}::text WHERE NOT p.is_deleted "
+            "ON CONFLICT (connector, task_code, site_id, parent_key) DO NOTHING"
+        ).format(conn=sql.Literal(self.connector), task=sql.Literal(rule.parent_task), pk=sql.Identifier(
+            rule.parent_key.column), parents=sql.Identifier(schema, name), changed=changed)
+
+    def owe_for_deleted(self, site_id: int, deleted_at: datetime) -> None:
+        """The parents' details that rows of this task soft-deleted at ``deleted_at`` make due (in the caller's
+        transaction)."""
+        schema, name = split_table(self.spec.table)
+        for rule in self.spec.owes_details:
+            self.conn.execute(self._owe_sql(rule, sql.SQL(
+                "SELECT DISTINCT d.site_id, d.payload ->> {f} AS k FROM {t} d WHERE d.site_id = %s AND d.is_deleted "
+                "AND d.deleted_at = %s").format(f=sql.Literal(rule.parent_field), t=sql.Identifier(schema, name))),
+                (site_id, deleted_at))
 
     # ------------------------------------------------------------------ details
     def _queue_details(self, rows: Iterable[OdsRow], changed: set, result: WriteResult) -> None:
@@ -456,12 +485,30 @@ class OdsWriter:
         with self.conn.transaction():
             deleted = self._soft_delete_missing(self.layouts[self.spec.table], site_id, list(seen_keys), deleted_at)
             if complete_at is not None:
-                self.conn.execute(
-                    "INSERT INTO etl_meta.snapshot_done (connector, task_code, site_id, completed_at, run_id) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) DO UPDATE SET "
-                    "completed_at = EXCLUDED.completed_at, run_id = EXCLUDED.run_id",
-                    (self.connector, self.spec.code, site_id, complete_at, self.run_id))
+                self._snapshot_done(site_id, complete_at)
             return deleted
+
+    def guarded_delete(self, site_id: int, seen_keys: Iterable[tuple], deleted_at: datetime, rules,
+                       *, complete_at: datetime | None = None):
+        """:meth:`mark_missing_as_deleted` through the deletion guard (:mod:`feiqiu_etl.tasks.ods.deletions`,
+        ``rules`` a ``GuardRules``): one transaction; returns its ``GuardOutcome`` (rows deleted, held back)."""
+        from feiqiu_etl.tasks.ods.deletions import Snapshot, guard_snapshot
+
+        snapshot = Snapshot(self.connector, self.spec.code, site_id, self.run_id, frozenset(seen_keys), deleted_at)
+        with self.conn.transaction():
+            outcome = guard_snapshot(self.conn, self.layouts[self.spec.table], snapshot, rules)
+            if outcome.deleted and self.spec.owes_details:
+                self.owe_for_deleted(site_id, deleted_at)
+            if complete_at is not None:
+                self._snapshot_done(site_id, complete_at)
+            return outcome
+
+    def _snapshot_done(self, site_id: int, complete_at: datetime) -> None:
+        self.conn.execute(
+            "INSERT INTO etl_meta.snapshot_done (connector, task_code, site_id, completed_at, run_id) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) DO UPDATE SET "
+            "completed_at = EXCLUDED.completed_at, run_id = EXCLUDED.run_id",
+            (self.connector, self.spec.code, site_id, complete_at, self.run_id))
 
     def _soft_delete_missing(self, layout: TableLayout, site_id: int, seen: list[tuple], deleted_at: datetime,
                              parent: tuple[str, Any] | None = None) -> int:

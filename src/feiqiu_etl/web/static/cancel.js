@@ -26,7 +26,7 @@
   }
 
   function send(runId) {
-    buttons(runId).forEach(function (b) { b.disabled = true; b.textContent = "Cancelling…"; });
+    buttons(runId).forEach(function (b) { b.disabled = true; b.textContent = _("Cancelling…"); });
     return fetch("/api/runs/" + encodeURIComponent(runId) + "/cancel", {
       method: "POST", credentials: "same-origin",
       headers: { "X-CSRF-Token": csrf, "Accept": "application/json" }
@@ -37,13 +37,13 @@
           return;
         }
         var why = body.error || ("HTTP " + res.status);
-        buttons(runId).forEach(function (b) { b.disabled = false; b.textContent = "Cancel…"; });
+        buttons(runId).forEach(function (b) { b.disabled = false; b.textContent = _("Cancel…"); });
         document.dispatchEvent(new CustomEvent("feiqiu:cancel-failed", { detail: { runId: runId, error: why } }));
-        if (res.status !== 409) ask(runId, "The cancel was not accepted: " + why);
+        if (res.status !== 409) ask(runId, _("The cancel was not accepted: %(why)s", { why: why }));
       });
     }, function (err) {
-      buttons(runId).forEach(function (b) { b.disabled = false; b.textContent = "Cancel…"; });
-      ask(runId, "The server did not answer: " + err);
+      buttons(runId).forEach(function (b) { b.disabled = false; b.textContent = _("Cancel…"); });
+      ask(runId, _("The server did not answer: %(err)s", { err: err }));
     });
   }
 
@@ -65,7 +65,7 @@
   document.addEventListener("feiqiu:cancel-requested", function (ev) {
     if (!badge) return;
     var runId = ev.detail.runId;
-    badge.textContent = "CANCELLING";
+    badge.textContent = _("CANCELLING");
     (function poll() {
       fetch("/api/runs/" + encodeURIComponent(runId), { credentials: "same-origin" })
         .then(function (r) { return r.json(); })

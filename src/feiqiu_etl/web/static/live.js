@@ -10,6 +10,15 @@
   var feedState = document.getElementById("feed-state");
   var cards = {};          // run_id -> card element
   var FINAL = { SUCCESS: 1, PARTIAL: 1, FAILED: 1, CANCELLED: 1, INTERRUPTED: 1, DEADLINE: 1 };
+  // what the page shows for the codes in the status payload (the codes stay in data-status)
+  var STATUS = { RUNNING: _("RUNNING"), SUCCESS: _("SUCCESS"), PARTIAL: _("PARTIAL"), FAILED: _("FAILED"),
+                 CANCELLED: _("CANCELLED"), INTERRUPTED: _("INTERRUPTED"), DEADLINE: _("DEADLINE"),
+                 BUSY: _("BUSY"), CANCELLING: _("CANCELLING") };
+  var PHASE = { starting: _("starting"), ods: _("ODS"), dwd: _("DWD"), finishing: _("finishing"), finished: _("finished") };
+  var LANE_STATE = { "waiting for lane": _("waiting for lane"), running: _("running"), finished: _("finished") };
+  var WAIT = { gap: _("gap"), floor: _("floor"), "retry-after": _("retry-after"), banned: _("banned"),
+               "timeout-hold": _("timeout-hold"), lane: _("lane"), paused: _("paused") };
+  function label(map, code) { return code === null || code === undefined ? "" : (map[code] || String(code)); }
 
   function h(tag, attrs) {
     var el = document.createElement(tag);
@@ -30,6 +39,12 @@
     var el = root.querySelector('[data-field="' + field + '"]');
     var text = value === null || value === undefined ? "-" : String(value);
     if (el && el.textContent !== text) el.textContent = text;
+    return el;
+  }
+
+  function setStatus(card, code) {
+    var el = setText(card, "status", label(STATUS, code));
+    if (el) el.setAttribute("data-status", code);
     return el;
   }
 
@@ -69,23 +84,23 @@
     var card = h("article", { cls: "run-card", id: "run-" + id, "data-run-id": id },
       h("header", {},
         h("a", { cls: "mono run-link", href: "/runs/" + encodeURIComponent(id), text: id }),
-        h("span", { cls: "badge running", "data-field": "status", text: run.status }),
+        h("span", { cls: "badge running", "data-field": "status", "data-status": run.status, text: label(STATUS, run.status) }),
         h("span", { cls: "phase", "data-field": "phase", text: "" }),
         h("span", { cls: "muted small beat", "data-field": "beat", text: "" }),
         h("span", { cls: "spacer" }),
-        h("button", { type: "button", cls: "danger", "data-cancel": id, text: "Cancel…" })),
+        h("button", { type: "button", cls: "danger", "data-cancel": id, text: _("Cancel…") })),
       h("progress", { max: "1", value: "0", "data-field": "progress" }),
       h("div", { cls: "stats" },
-        stat("tasks", "tasks"), stat("rows written", "rows_written"), stat("rows/s", "rows_per_s"),
-        stat("requests sent", "requests_sent"), stat("requests left", "requests_remaining"),
-        stat("ETA", "eta"), stat("elapsed", "elapsed")),
+        stat(_("tasks"), "tasks"), stat(_("rows written"), "rows_written"), stat(_("rows/s"), "rows_per_s"),
+        stat(_("requests sent"), "requests_sent"), stat(_("requests left"), "requests_remaining"),
+        stat(_("ETA"), "eta"), stat(_("elapsed"), "elapsed")),
       h("p", { cls: "note", "data-field": "note", hidden: "" }),
       h("table", { cls: "grid lanes" },
         h("thead", {}, h("tr", {},
-          h("th", { text: "Lane" }), h("th", { text: "State" }), h("th", { text: "Current request" }),
-          h("th", { text: "Next request" }), h("th", { cls: "num", text: "Queues f/p/w" }),
-          h("th", { cls: "num", text: "Rows/s" }), h("th", { cls: "num", text: "Requests done / left" }),
-          h("th", { cls: "num", text: "Throttled / banned" }), h("th", { cls: "num", text: "ETA" }))),
+          h("th", { text: _("Lane") }), h("th", { text: _("State") }), h("th", { text: _("Current request") }),
+          h("th", { text: _("Next request") }), h("th", { cls: "num", text: _("Queues f/p/w") }),
+          h("th", { cls: "num", text: _("Rows/s") }), h("th", { cls: "num", text: _("Requests done / left") }),
+          h("th", { cls: "num", text: _("Throttled / banned") }), h("th", { cls: "num", text: _("ETA") }))),
         h("tbody", { "data-field": "lanes" })));
     cards[id] = card;
     return card;
@@ -93,12 +108,12 @@
 
   function nextText(lane) {
     var cur = lane.current || {};
-    if (lane.tripped) return "stopped: " + lane.tripped;
+    if (lane.tripped) return _("stopped: %(why)s", { why: lane.tripped });
     if (lane.state === "finished") return "-";
-    if (lane.wait_reason === "banned") return "banned by upstream: " + dur(lane.next_due_in) + " left";
-    if (lane.wait_reason) return "in " + dur(lane.next_due_in) + " (" + lane.wait_reason + ")";
-    if (cur.in_flight) return "in flight";
-    return "now";
+    if (lane.wait_reason === "banned") return _("banned by upstream: %(t)s left", { t: dur(lane.next_due_in) });
+    if (lane.wait_reason) return _("in %(t)s (%(why)s)", { t: dur(lane.next_due_in), why: label(WAIT, lane.wait_reason) });
+    if (cur.in_flight) return _("in flight");
+    return _("now");
   }
 
   function laneRow(lane) {
@@ -108,7 +123,7 @@
     var bad = lane.tripped || lane.wait_reason === "banned" || lane.stalled_for != null;
     return h("tr", { "data-lane": lane.name },
       h("td", {}, h("strong", { text: lane.name })),
-      h("td", { text: lane.state + (lane.stalled_for != null ? " · stalled " + Math.round(lane.stalled_for) + " s" : "")
+      h("td", { text: label(LANE_STATE, lane.state) + (lane.stalled_for != null ? " · " + _("stalled %(s)s s", { s: Math.round(lane.stalled_for) }) : "")
         + " · " + lane.tasks_done + "/" + lane.tasks }),
       h("td", { cls: "mono small", "data-field": "current", text: current }),
       h("td", { cls: bad ? "bad" : "", "data-field": "next", text: nextText(lane) }),
@@ -121,9 +136,9 @@
 
   function updateRunning(card, run, serverNow) {
     var live = run.live || {};
-    setText(card, "phase", live.phase || "starting");
+    setText(card, "phase", label(PHASE, live.phase || "starting"));
     var beat = run.heartbeat_at ? (serverNow - Date.parse(run.heartbeat_at)) / 1000 : null;
-    setText(card, "beat", beat === null ? "" : "updated " + dur(Math.max(0, beat)) + " ago");
+    setText(card, "beat", beat === null ? "" : _("updated %(t)s ago", { t: dur(Math.max(0, beat)) }));
     setText(card, "tasks", (live.tasks_done || 0) + " / " + (live.tasks || 0));
     setText(card, "rows_written", num(live.rows_written));
     setText(card, "rows_per_s", num(live.rows_per_s));
@@ -137,8 +152,10 @@
     var note = card.querySelector('[data-field="note"]');
     if (run.cancel_requested_at || live.cancelling) {
       note.hidden = false;
-      setText(card, "note", "Cancel requested" + (run.cancel_requested_by ? " by " + run.cancel_requested_by : "") + ": finishing what is in flight…");
-      setText(card, "status", "CANCELLING");
+      setText(card, "note", run.cancel_requested_by
+        ? _("Cancel requested by %(who)s: finishing what is in flight…", { who: run.cancel_requested_by })
+        : _("Cancel requested: finishing what is in flight…"));
+      setStatus(card, "CANCELLING");
     }
     var body = card.querySelector('[data-field="lanes"]');
     var rows = (live.lanes || []).map(laneRow);
@@ -151,16 +168,15 @@
   }
 
   function finish(card, run) {
-    var badge = card.querySelector('[data-field="status"]');
-    if (badge.textContent !== run.status) badge.textContent = run.status;
+    var badge = setStatus(card, run.status);
     badge.className = "badge " + statusClass(run.status);
     card.setAttribute("data-status", run.status);
     card.classList.add("done");
     var btn = card.querySelector("[data-cancel]");
     if (btn) btn.remove();
-    setText(card, "beat", "ended " + clock(run.finished_at));
+    setText(card, "beat", _("ended %(t)s", { t: clock(run.finished_at) }));
     if (run.tasks) setText(card, "tasks", String(run.tasks.length));
-    setText(card, "phase", "finished");
+    setText(card, "phase", label(PHASE, "finished"));
     if (run.rows_written !== undefined) setText(card, "rows_written", num(run.rows_written));
     if (run.requests !== undefined) setText(card, "requests_sent", num(run.requests));
     setText(card, "requests_remaining", "-");
@@ -198,7 +214,7 @@
     });
     noRuns.hidden = running.length > 0;
     finishedTitle.hidden = !finishedBox.firstChild;
-    state("live", "live · " + clock(data.now));
+    state("live", _("live · %(t)s", { t: clock(data.now) }));
     document.dispatchEvent(new CustomEvent("feiqiu:live-rendered", { detail: { at: Date.now() } }));
   }
 
@@ -211,7 +227,7 @@
     fetch("/api/status", { credentials: "same-origin" }).then(function (r) {
       if (r.status === 401) { window.location.href = "/login?next=/live"; return null; }
       return r.json();
-    }).then(function (d) { if (d) render(d); }, function () { state("error", "server unreachable, retrying…"); })
+    }).then(function (d) { if (d) render(d); }, function () { state("error", _("server unreachable, retrying…")); })
       .then(function () { setTimeout(poll, 1000); });
   }
 
@@ -224,8 +240,8 @@
     var es = new EventSource("/api/status/stream");
     es.onmessage = function (ev) { render(JSON.parse(ev.data)); };
     es.onerror = function () {
-      if (es.readyState === EventSource.CLOSED) { state("error", "stream closed; polling"); poll(); }
-      else state("reconnecting", "reconnecting…");
+      if (es.readyState === EventSource.CLOSED) { state("error", _("stream closed; polling")); poll(); }
+      else state("reconnecting", _("reconnecting…"));
     };
   } else {
     poll();
@@ -233,6 +249,6 @@
 
   document.addEventListener("feiqiu:cancel-requested", function (ev) {
     var card = cards[ev.detail.runId];
-    if (card) { setText(card, "status", "CANCELLING"); }
+    if (card) { setStatus(card, "CANCELLING"); }
   });
 })();

@@ -25,6 +25,7 @@ from feiqiu_etl.pipeline.models import (PipelineRequest, PipelineResult, Process
 from feiqiu_etl.pipeline.unified_pipeline import (
     FailureFn, ProcessFn, ScopeFn, UnifiedPipeline, WriteFn, describe_error, safe_params,
 )
+from feiqiu_etl.common.status import Status
 
 
 class SerialReference(UnifiedPipeline):
@@ -41,7 +42,7 @@ class SerialReference(UnifiedPipeline):
     ) -> PipelineResult:
         """Execute every request and everything it spawns, one after the other; see ``UnifiedPipeline.run``."""
         if self.cancellation.is_cancelled:
-            return PipelineResult(status="CANCELLED", cancelled=True)
+            return PipelineResult(status=Status.CANCELLED, cancelled=True)
         run = _SerialRun(self, process_fn, write_fn, on_scope_complete)
         run.on_failure = on_request_failed
         return run.execute(iter(requests))

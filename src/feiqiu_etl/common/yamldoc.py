@@ -1,17 +1,25 @@
-"""Reading YAML definition files (connector, DWD mapping) and turning pydantic errors into one line that
-names the file, the item and the field: ``feiqiu.yaml: tasks[3] (ODS_X).keys[0] (memberId).type: …``.
-No network or database I/O."""
+"""Reading YAML definition files (connector, DWD mapping, fleet, alerts), ONE loader: :class:`Strict` is the base
+of every definition model (unknown keys refused, values frozen) and :func:`load_definition` reads a file,
+validates it and turns a pydantic error into one line that names the file, the item and the field:
+``feiqiu.yaml: tasks[3] (ODS_X).keys[0] (memberId).type: …``. No network or database I/O."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 NAME_KEYS = ("code", "table", "name", "column", "field")
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """The base of every definition model: a key the model does not know is an error, and values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 MAX_YAML_BYTES = 4 * 2**20
@@ -40,6 +48,24 @@ def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or exc.__class__.__name__
         raise error(f"{path}: invalid YAML{where}: {problem}") from None
+
+
+def validate(raw: Any, model: type[M], error: type[Exception], where: str, *, root: str, expect: str,
+             section: str | None = None) -> M:
+    """``model`` of an already-parsed document; raise ``error("<where>: <expect>")`` when ``raw`` is no mapping
+    (or lacks ``section``), ``error("<where>: <describe(…)>")`` when it does not validate."""
+    if not isinstance(raw, dict) or (section is not None and section not in raw):
+        raise error(f"{where}: {expect}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise error(f"{where}: {describe(exc, raw, root=root)}") from None
+
+
+def load_definition(path: Path, model: type[M], error: type[Exception], *, what: str, root: str, expect: str,
+                    section: str | None = None) -> M:
+    """Read ``path`` (:func:`read_yaml`) and :func:`validate` it: the one loader of every definition file."""
+    return validate(read_yaml(path, error, what), model, error, str(path), root=root, expect=expect, section=section)
 
 
 def describe(exc: ValidationError, raw: Any, *, root: str = "document") -> str:

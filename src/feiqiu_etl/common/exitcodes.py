@@ -11,4 +11,4 @@ STALE = 8            # freshness --fail-stale: some scheduled store/task is olde
 DEADLINE = 9         # a lane reached its --deadline: what ran is loaded, the rest is the next run's
 HARD_ABORT = 130     # a second Ctrl-C/SIGTERM: stopped at once
 
-# the exit code of each run status: feiqiu_etl.runner.results.STATUSES
+# the exit code of each run status: feiqiu_etl.common.status.STATUSES
