@@ -1,7 +1,7 @@
 """Values written for people, the same in the terminal (:mod:`feiqiu_etl.cli.views`) and on the web page
 (:mod:`feiqiu_etl.web.format`): durations (seconds in, text out) and times.
 
-**One time zone rule** (README "Time zones"): every time a command or the web page shows is in the display
+**One time zone rule** (docs/guides/time-zones.md): every time a command or the web page shows is in the display
 zone — ``display.timezone``, default the machine's local zone — and carries its UTC offset (``2026-12-01
 21:56:23 +08:00``); JSON gives ISO 8601 with the offset. Window bounds are the upstream's wall-clock times and
 stay in its zone, :data:`UPSTREAM_ZONE` (docs/upstream-api.md), and say so. The process's display zone is

@@ -27,7 +27,7 @@ from feiqiu_etl.textsafe import terminal_json
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @click.option("--no-progress", is_flag=True, help="no progress display or progress lines on stderr")
 @click.option("--alerts", "alerts_path", envvar="FEIQIU_ALERTS", type=click.Path(dir_okay=False), metavar="FILE",
-              help="alerts file (env FEIQIU_ALERTS): where to send alerts about this run (README \"Alerts\")")
+              help="alerts file (env FEIQIU_ALERTS): where to send alerts about this run (docs/guides/alerts.md)")
 @common_options
 @click.pass_context
 def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose, log_format, **p) -> None:

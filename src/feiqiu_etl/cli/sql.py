@@ -16,8 +16,8 @@ from feiqiu_etl.textsafe import terminal_json
 
 @click.command()
 @click.argument("query")
-@click.option("--dsn", help="PostgreSQL DSN of a read-only role (env ETL_DB_DSN; README: a read-only role for "
-                           "sql); default: the embedded server's read-only role")
+@click.option("--dsn", help="PostgreSQL DSN of a read-only role (env ETL_DB_DSN; the docs: 'A read-only "
+                           "role for sql'); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
 @click.option("--timeout", metavar="SECONDS", help="sql.timeout: cancel the statement after this many seconds "

@@ -41,7 +41,7 @@ MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: i
 @common_options
 def web(host, port, auth_token, stale_hours, connector_path, fleet_path, dsn, demo, verbose, log_format) -> None:
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
-    and the JSON API (README "The web page")."""
+    and the JSON API (docs/guides/web.md)."""
     setup_logging(verbose, log_format)
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.web.security import needs_token, token_problem
