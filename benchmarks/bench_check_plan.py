@@ -27,7 +27,8 @@ from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.plan import RunOptions
 from feiqiu_etl.runner.check import run_check
 from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring
-from feiqiu_etl.runner.launch import connector_for, plan_run, prepare_inputs
+from feiqiu_etl.app.database import connector_for
+from feiqiu_etl.app.planning import plan_run, prepare_inputs
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
 ANCHOR = datetime(2024, 3, 4)

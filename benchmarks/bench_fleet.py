@@ -19,7 +19,7 @@ from pathlib import Path
 
 from feiqiu_etl.connector.windows import fmt
 from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database
-from feiqiu_etl.runner.launch import execute_in_process
+from feiqiu_etl.app.run import RunRequest, run
 from feiqiu_etl.plan import RunOptions
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
 
@@ -55,7 +55,7 @@ def concurrency(server: EmbeddedPostgres, home: Path) -> None:
     create_database(server.dsn("postgres"), "bench_fleet", drop_first=True)
     with Simulator(cfg) as sim:
         started = time.monotonic()
-        result = execute_in_process(_options(sim, _fleet(home / "fleet.yaml", LANES), 2), server.dsn("bench_fleet"))
+        result = run(RunRequest(_options(sim, _fleet(home / "fleet.yaml", LANES), 2), dsn=server.dsn("bench_fleet")))
         wall = time.monotonic() - started
         log = sim.request_log()
     seconds = {lane.name: lane.statistics.seconds for lane in result.lanes}
@@ -80,7 +80,7 @@ def fairness(server: EmbeddedPostgres) -> None:
         opts = RunOptions(api_base=sim.base_url, token=cfg.token, site_ids=[big, *small], overrides=dict(GAPS),
                           unsafe_gaps=True, window_start=fmt(ANCHOR - timedelta(days=3)), window_end=fmt(ANCHOR),
                           load_dwd=False, environ={})
-        result = execute_in_process(opts, server.dsn("bench_fair"))
+        result = run(RunRequest(opts, dsn=server.dsn("bench_fair")))
         log = sorted(sim.request_log(), key=lambda e: e.started)
     begin, end = log[0].started, log[-1].ended
     print(f"fairness: status {result.status}, one lane, {len(log)} requests in {end - begin:.1f} s")

@@ -27,7 +27,8 @@ from feiqiu_etl.connector.windows import fmt  # noqa: E402
 from feiqiu_etl.db.embedded import create_database, temporary_server  # noqa: E402
 from feiqiu_etl.pipeline import CancellationToken  # noqa: E402
 from feiqiu_etl.plan import RunOptions  # noqa: E402
-from feiqiu_etl.runner.launch import execute_in_process  # noqa: E402
+from feiqiu_etl.app.run import RunRequest  # noqa: E402
+from feiqiu_etl.app.run import run as run_request  # noqa: E402
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig  # noqa: E402
 
 CONNECTOR = load_connector()
@@ -44,7 +45,7 @@ def run(sim: Simulator, dsn: str, days: float, end: datetime = ANCHOR, tasks=TAS
     opts = RunOptions(api_base=sim.base_url, task_codes=list(tasks), overrides={**GAPS, **overrides},
                       window_start=fmt(end - timedelta(days=days)), window_end=fmt(end), load_dwd=False,
                       unsafe_gaps=True, token=sim.config.token, site_ids=[SITE], environ={})
-    return execute_in_process(opts, dsn, CancellationToken(), heartbeat=1.0)
+    return run_request(RunRequest(opts, dsn=dsn, cancellation=CancellationToken(), heartbeat=1.0))
 
 
 def exact(dsn: str, sim: Simulator, days: float, tasks=TASKS) -> bool:

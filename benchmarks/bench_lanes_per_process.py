@@ -68,7 +68,7 @@ def child(lanes: int, days: int, gap: float, dsn: str, base: str, tasks: list[st
           pool_size: int = 16, workers: int = 2) -> dict:
     """One configuration, in this (fresh) process: run the fleet, sample RSS, threads and connections every 50 ms."""
     from feiqiu_etl.connector.windows import fmt
-    from feiqiu_etl.runner.launch import execute_in_process
+    from feiqiu_etl.app.run import RunRequest, run
     from feiqiu_etl.pipeline import CancellationToken
     from feiqiu_etl.plan import RunOptions
 
@@ -106,7 +106,7 @@ def child(lanes: int, days: int, gap: float, dsn: str, base: str, tasks: list[st
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     cpu0, wall0 = os.times(), time.monotonic()
-    result = execute_in_process(options, dsn, CancellationToken())
+    result = run(RunRequest(options, dsn=dsn, cancellation=CancellationToken()))
     wall, cpu1 = time.monotonic() - wall0, os.times()
     stop.set()
     sampler.join()

@@ -79,9 +79,9 @@ FIRST_SITE = 8640015201004417
 UPSTREAM = {"gap_standard": 3.0, "gap_groupbuy": 8.0, "ban_seconds": 300.0, "violation_window": 60.0}
 """upstream-api.md §2.2: G per class, the ban, the violation window (all scaled)."""
 RETRY_BACKOFF = 1.0
-"""The connector's first retry backoff (README: ``api.retry_backoff``), scaled like a gap."""
+"""The connector's first retry backoff (docs/reference/settings.md: ``api.retry_backoff``), scaled like a gap."""
 SAFETY_MARGIN_SECONDS = 0.3
-"""``lane.safety_margin_seconds`` (README: "A night with an end"), scaled like a gap."""
+"""``lane.safety_margin_seconds`` (docs/guides/deadline.md), scaled like a gap."""
 JITTER_FLOOR = 0.002
 """s: the scaled safety margin must be at least this (the scheduling delay on a busy machine between the client
 reading a response and the simulator marking it complete is not scaled: a margin below it measures the machine)."""

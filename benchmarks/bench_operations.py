@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from feiqiu_etl.connector.windows import fmt  # noqa: E402
 from feiqiu_etl.db.embedded import EmbeddedPostgres, create_database, temporary_server  # noqa: E402
-from feiqiu_etl.runner.launch import connector_for, plan_run, prepare_inputs  # noqa: E402
+from feiqiu_etl.app.database import connector_for
+from feiqiu_etl.app.planning import plan_run, prepare_inputs  # noqa: E402
 from feiqiu_etl.plan import RunOptions  # noqa: E402
 from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring  # noqa: E402
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig  # noqa: E402

@@ -30,7 +30,7 @@ from pathlib import Path
 import psycopg
 
 from feiqiu_etl.db.embedded import create_database, temporary_server
-from feiqiu_etl.runner.launch import plan_run, prepare_inputs
+from feiqiu_etl.app.planning import plan_run, prepare_inputs
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.plan import RunOptions, build_plan
 from feiqiu_etl.runner.flow_runner import FlowRunner, RunnerWiring

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from feiqiu_etl.connector import load_connector
-from feiqiu_etl.runner.launch import execute_in_process
+from feiqiu_etl.app.run import RunRequest, run
 from feiqiu_etl.plan import RunOptions
 from feiqiu_etl.pipeline import CancellationToken
 from feiqiu_etl.simulator import RiskControlConfig, Simulator, SimulatorConfig
@@ -48,7 +48,7 @@ def options(sim: Simulator, *, tasks=None, window=True, overrides=None, **kw) ->
 
 def run_opts(opts: RunOptions, dsn: str, token: CancellationToken | None = None, **kw):
     """Run ``opts`` in this process (heartbeat every 0.2 s so status tests need not wait)."""
-    return execute_in_process(opts, dsn, token or CancellationToken(), heartbeat=0.2, **kw)
+    return run(RunRequest(opts, dsn=dsn, cancellation=token or CancellationToken(), heartbeat=0.2, **kw))
 
 
 def run_flow(sim: Simulator, dsn: str, token: CancellationToken | None = None, **kw):

@@ -61,8 +61,8 @@ def chromium() -> Iterator["object"]:
 
 def screenshot(driver, name: str, size: tuple[int, int] = VIEWPORT) -> Path:
     """Take the viewport (``size``, default 1280×800) as ``<name>.png`` in a temporary folder, or in
-    docs/screenshots (the README's pictures) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so that a test run leaves the
-    checkout clean."""
+    docs/screenshots (the docs site's pictures, docs/guides/web.md) when ``FEIQIU_UPDATE_SCREENSHOTS=1``, so
+    that a test run leaves the checkout clean."""
     import struct
 
     folder = SCREENSHOTS if os.environ.get("FEIQIU_UPDATE_SCREENSHOTS") == "1" else _SHOTS_TMP

@@ -9,8 +9,9 @@ Written by a person in one of two forms, on the command line (``run --deadline``
 
 :class:`Deadline` is the parsed value (it knows the text it came from); :meth:`Deadline.at` turns it into an
 instant once the start is known. The display zone — the zone in which a person's time of day is read and shown —
-is :func:`display_zone`, the one function that decides it (the machine's local zone; a ``display.timezone``
-setting will choose it). Pure: no I/O; the clock only where a caller asks for "now".
+is :func:`display_zone`: ``display.timezone`` (default the machine's local zone), through
+:func:`feiqiu_etl.formats.display_tz`, the one function that decides it; every deadline message names its UTC
+offset (issue 28 item 2: ``06:00`` on a UTC host with ``display.timezone`` Asia/Shanghai is 06:00 +08:00). Pure: no I/O; the clock only where a caller asks for "now".
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ from datetime import datetime, time, timedelta, timezone, tzinfo
 MAX_SECONDS = 30 * 86400.0
 """The longest duration a deadline may give (s): the longest ``--timeout`` a run accepts."""
 
-_TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$", re.ASCII)  # ASCII digits only (issue 28 item 7)
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$", re.ASCII)
 _FORMS = "a time of day (06:00) or a duration from the start (45m, 90s, 2h, 1h30m)"
 
 
-def display_zone() -> tzinfo:
-    """The zone in which times of day are read from people and shown to them: the machine's local zone (its
-    offset now). The one place that decides it."""
-    return datetime.now().astimezone().tzinfo or timezone.utc
+def display_zone(name: str | None = None) -> tzinfo:
+    """The zone in which times of day are read from people and shown to them: ``name`` (a ``display.timezone``
+    value: ``local`` or an IANA name), else the process's display zone (``display.timezone`` of its settings,
+    default the machine's local zone)."""
+    from feiqiu_etl.formats import display_tz
+
+    return display_tz(name)
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,21 @@ class Deadline:
         return self.text
 
 
-def shown(instant: datetime) -> str:
-    """An instant as a person reads it: ``06:00:00`` in the display zone, with the date when it is not today's."""
-    local = instant.astimezone(display_zone())
-    today = datetime.now(display_zone()).date()
-    return local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+def shown(instant: datetime | str, zone: tzinfo | None = None) -> str:
+    """An instant (or its ISO 8601 text) as a person reads it: ``06:00:00 +08:00`` in ``zone`` (default the display
+    zone), with the date when it is not today's there. Always with the UTC offset (issue 28 item 2)."""
+    from feiqiu_etl.formats import utc_offset
+
+    if isinstance(instant, str):
+        instant = datetime.fromisoformat(instant)
+    zone = zone or display_zone()
+    local = instant.astimezone(zone)
+    today = datetime.now(zone).date()
+    text = local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+    return f"{text} {utc_offset(local)}"
+
+
+def named(text: object, at: datetime | str | None) -> str:
+    """A deadline in a message: ``06:00 (06:00:00 +08:00)`` — what the person wrote and the instant it means,
+    with its offset (``text`` alone when the instant is unknown)."""
+    return f"{text} ({shown(at)})" if at else str(text)

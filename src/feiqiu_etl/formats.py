@@ -1,7 +1,7 @@
-"""Values written for people, the same in the terminal (:mod:`feiqiu_etl.report`) and on the web page
+"""Values written for people, the same in the terminal (:mod:`feiqiu_etl.cli.views`) and on the web page
 (:mod:`feiqiu_etl.web.format`): durations (seconds in, text out) and times.
 
-**One time zone rule** (README "Time zones"): every time a command or the web page shows is in the display
+**One time zone rule** (docs/guides/time-zones.md): every time a command or the web page shows is in the display
 zone — ``display.timezone``, default the machine's local zone — and carries its UTC offset (``2026-12-01
 21:56:23 +08:00``); JSON gives ISO 8601 with the offset. Window bounds are the upstream's wall-clock times and
 stay in its zone, :data:`UPSTREAM_ZONE` (docs/upstream-api.md), and say so. The process's display zone is
@@ -45,6 +45,19 @@ def display_zone_label(at: datetime | None = None) -> str:
     now = in_display_zone(at or datetime.now(_tz.utc))
     name = getattr(_display, "key", None) or now.tzname() or "local"
     return f"{name} ({utc_offset(now)})"
+def display_tz(name: str | None = None) -> tzinfo:
+    """The zone ``name`` names (``local`` or an IANA name), or the process's display zone when None: the local
+    zone is the machine's, with its offset now. The one place that decides where people's times of day are read
+    (``--deadline 06:00``, issue 28 item 2) and shown."""
+    if name is None:
+        if _display is not None:
+            return _display
+        name = LOCAL
+    if name == LOCAL:
+        from datetime import timezone
+
+        return datetime.now().astimezone().tzinfo or timezone.utc
+    return ZoneInfo(name)
 
 
 def in_display_zone(value: datetime) -> datetime:
@@ -123,6 +136,19 @@ def parse_seconds(text: str) -> float:
             raise ValueError(f"not a duration: {str(text)[:40]!r} ({forms})")
         seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
     return seconds
+def age(seconds: Any) -> str:
+    """A coarse age: ``45 s``, ``12 min``, ``5 h 20 min``, ``3 d 4 h``; ``never`` for None (the terminal's
+    ``freshness`` and the web page's, one rule)."""
+    if seconds is None:
+        return "never"
+    s = max(0, int(float(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def reconcile_lines(tasks: list[dict]) -> list[tuple[str, str]]:

@@ -2,9 +2,9 @@
 
 Importing the CLI takes a moment (click, rich, psycopg, httpx). A Ctrl-C or SIGTERM in that moment used to end
 in a ``KeyboardInterrupt`` traceback or a bare kill (exit -15); nothing has started then, so the process says
-so in one line and exits 5 (CANCELLED, README "exit codes"). Once the CLI is imported, SIGINT and SIGTERM
+so in one line and exits 5 (CANCELLED, docs/reference/exit-codes.md). Once the CLI is imported, SIGINT and SIGTERM
 raise ``KeyboardInterrupt`` (cleanups run; ``cli.entry`` says so in one line, exit 5) until a run installs its
-own handlers (``runner.launch.signals_cancel``: a graceful cancel).
+own handlers (``cli.signals.signals_cancel``: a graceful cancel).
 """
 
 from __future__ import annotations

@@ -179,7 +179,9 @@ class LaneStatistics(_Json):
 class RunStatistics(_Json):
     """The whole run, live (what the heartbeat publishes about once a second). ``phase``: ``starting``,
     ``ods``, ``dwd``, ``finishing``; ``cancelling`` once a cancel was asked for. Totals are the lanes' sums;
-    ``rows_per_s`` their sum, ``eta_s`` the slowest lane's, ``elapsed_s`` seconds since the run started."""
+    ``rows_per_s`` their sum, ``eta_s`` the slowest lane's, ``elapsed_s`` seconds since the run started.
+    ``pool_waiting``: operations waiting for a pooled database connection now (contention, not an outage: issue
+    28 item 9), the ``pool_wait_s`` of the longest of them, and ``pool_in_use`` of ``pool_size`` connections."""
 
     run_id: str
     phase: str = "starting"
@@ -194,6 +196,10 @@ class RunStatistics(_Json):
     requests_remaining: int = 0
     eta_s: float = 0.0
     rows_unchanged: int = 0
+    pool_waiting: int = 0
+    pool_wait_s: float = 0.0
+    pool_in_use: int = 0
+    pool_size: int = 0
 
 
 @dataclass(frozen=True)

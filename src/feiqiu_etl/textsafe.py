@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import unquote
 
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -77,11 +77,24 @@ def terminal_json(value: Any, **kwargs: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------- secrets
 SECRET_PARAM = re.compile(
-    r"(?i)(token|key|secret|passw|pwd|sign|auth|credential|session|cookie|ticket|private|jwt|bearer)")
-"""A query parameter whose name contains one of these words holds a secret (``token``, ``access_token``,
-``api_key``, ``apikey``, ``secret``, ``client_secret``, ``password``, ``passwd``, ``sslpassword``, ``pwd``,
-``sign``, ``signature``, ``auth``, ``authorization``, ``sessionid`` …). Better a masked harmless value than a
-shown secret."""
+    r"(?i)(token|key|secret|passw|pwd|sig|auth|credential|session|cookie|ticket|private|jwt|bearer|hmac|"
+    r"nonce|otp|code_verifier)")
+"""A query parameter (or a mapping's key) whose name contains one of these words holds a secret (``token``,
+``access_token``, ``refresh_token``, ``api_key``, ``apikey``, ``key``, ``secret``, ``client_secret``,
+``password``, ``passwd``, ``sslpassword``, ``pwd``, ``sig``, ``sign``, ``signature``, ``X-Amz-Signature``,
+``auth``, ``authorization``, ``sessionid``, ``hmac`` …; issue 28 item 5 added ``sig``). Better a masked harmless
+value than a shown secret. :func:`is_secret_name` is the one test of it."""
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a parameter or key called ``name`` holds a secret (:data:`SECRET_PARAM`, percent-decoded): the
+    one rule for URL query strings, request parameters and stored arguments."""
+    return SECRET_PARAM.search(unquote(str(name))) is not None
+
+
+def redact_mapping(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``params`` with the value of every secret-named key (:func:`is_secret_name`) replaced by ``***``."""
+    return {k: (MASK if is_secret_name(k) and v not in (None, "") else v) for k, v in (params or {}).items()}
 
 MASK = "***"
 
@@ -129,7 +142,7 @@ def _query_pairs(query: str) -> list[tuple[str, str, str]]:
 
 
 def _is_secret_param(name: str, value: str) -> bool:
-    return bool(value) and name not in ("&", ";") and SECRET_PARAM.search(unquote(name)) is not None
+    return bool(value) and name not in ("&", ";") and is_secret_name(name)
 
 
 def redact_url(url: str, *, secret_path: bool = False, secret_host: bool = False) -> str:
@@ -140,7 +153,8 @@ def redact_url(url: str, *, secret_path: bool = False, secret_host: bool = False
     holds ``=`` (``#access_token=…``, OAuth's implicit flow) is dropped; the rest is kept.
     ``secret_path``: the URL keeps secrets in its user, path or query (a webhook, an Apprise URL): none of them
     is shown, only ``scheme://host:port`` and ``/…`` when more followed. ``secret_host``: the host is a key too
-    (``feishu://KEY``): only its first and last character are shown (``…`` alone for 4 characters or fewer).
+    (``feishu://KEY``, ``tgram://BOT_TOKEN/CHAT``): none of it is shown (``***``; issue 28 item 5 — its first and
+    last character were shown before).
     Text that is no ``scheme://`` URL is returned as it is when it holds no ``@`` and no ``=`` (a host name) and
     the path is not secret, else not shown at all."""
     url = url if isinstance(url, str) else str(url)
@@ -150,7 +164,7 @@ def redact_url(url: str, *, secret_path: bool = False, secret_host: bool = False
     scheme, userinfo, authority, path, query, fragment = _parts(url)
     if secret_host:
         host, port = _host_port(authority)
-        authority = (f"{host[0]}…{host[-1]}" if len(host) > 4 else "…") + port
+        authority = MASK + port
     if secret_path:
         more = "/…" if path.strip("/") or query or fragment else ""
         return f"{scheme}://{authority}{more}"

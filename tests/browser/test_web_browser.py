@@ -1,6 +1,6 @@
 """The admin web page in a REAL headless Chromium (Debian's chromium + chromium-driver, driven by Selenium):
 Runs, a live run watched and cancelled from the Live page (CANCELLED on the page and in ``feiqiu-etl show``),
-a run's timeline chart, Freshness, and the token on a non-loopback bind. Takes the README's screenshots
+a run's timeline chart, Freshness, and the token on a non-loopback bind. Takes the docs' screenshots
 (docs/screenshots/*.png, 1280×800) and prints the measured live-update delay and cancel latency.
 
 Everything is real: ``feiqiu-etl web`` and ``feiqiu-etl run`` are separate processes, the simulator answers

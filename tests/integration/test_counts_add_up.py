@@ -1,7 +1,7 @@
 """Issue 18 item 5: counts that add up in every final state (cancel, timeout, failure), and match the database.
 
 For every task: ``detail_success + detail_failure + detail_skipped == detail_asked`` and ``total_fetched ==
-total_inserted + total_updated + total_skipped + rows_failed + rows_not_written`` (README "Counts that add up").
+total_inserted + total_updated + total_skipped + rows_failed + rows_not_written`` (docs/guides/run-results.md, "Counts that add up").
 Real simulator over loopback, real embedded PostgreSQL; each run loads into a fresh, empty database, so every
 written row is an inserted one and the tables can be counted against the figures. The gaps are FAST (below the
 upstream's minimum on purpose, ``unsafe_gaps``: the simulator's own gaps are scaled down to match).
@@ -24,7 +24,7 @@ from rich.console import Console
 from feiqiu_etl.connector.spec import split_table
 from feiqiu_etl.db.schema import ensure_ods_tables, ensure_schemas
 from feiqiu_etl.pipeline import CancellationToken
-from feiqiu_etl.report import render_summary
+from feiqiu_etl.cli.views.summary import render_summary
 from feiqiu_etl.simulator import Simulator
 from flowkit import CONNECTOR, run_flow, sim_config
 

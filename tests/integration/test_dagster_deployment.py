@@ -51,7 +51,7 @@ TASKS = ["ODS_MEMBER", "ODS_SETTLEMENT", "ODS_PAYMENT", "ODS_GOODS"]
 TOKENS = {"FQ_NORTH": "fq_north", "FQ_SOUTH": "fq_south"}
 LOCATION = "feiqiu_etl.dagster"
 GAP = 0.1          # s between requests: a north run lasts a few seconds at the simulator
-WAIT = 240.0       # s: the longest any single wait may take on a loaded machine (never an assertion on overlap)
+WAIT = 420.0       # s: the longest any single wait may take on a loaded machine (never an assertion on overlap)
 STOP_WAIT_TEST = 90.0  # s for `feiqiu-etl dagster dev` to end after Ctrl-C (it gives Dagster 60 s)
 FAST_DAEMON = InstanceSettings(dequeue_interval=1, monitoring_interval=1, free_slots_after=3, start_timeout=240)
 
@@ -179,7 +179,7 @@ def span(log, sites) -> tuple[float, float]:
 
 
 # ------------------------------------------------------------------------------------------------ the test
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # a hang guard only (each wait has WAIT of its own)
 def test_the_daemon_keeps_a_token_serial_across_runs_and_frees_a_killed_runs_slot(pg_server_dsn, pg_dsn, tmp_path,
                                                                                  monkeypatch):
     storage_db = f"dagster_{uuid.uuid4().hex[:10]}"  # Dagster's own database, beside the warehouse

@@ -183,6 +183,55 @@ def test_a_pool_checkout_waits_within_the_limit_and_then_gives_up_with_one_line(
     assert gone and gone[0] == str(err.value)
 
 
+def test_waiting_for_a_busy_pool_is_not_the_database_being_away_and_is_shown(pg_dsn):
+    """Issue 28 item 9: 300 lanes at load ~100 all ended FAILED with "couldn't get a connection after 60 s" while
+    the database was fine (the pool was merely busy). Now a checkout that waits past ``db.unavailable_limit`` for
+    a pool whose connections are busy, while connects work, goes on waiting: no outage, no give-up, and the
+    wait is in the statistics (and so in ``status``)."""
+    from feiqiu_etl.cli.views.progress import progress_view
+    from feiqiu_etl.statistics import RunStatistics
+
+    gone = []
+    health = DatabaseHealth(pg_dsn, lambda dsn: connect(dsn, connect_timeout=2), on_gave_up=gone.append,
+                            limits=DbLimits(unavailable_limit=2, pool_size=1))
+    holding = threading.Event()
+
+    def hold(conn):
+        holding.set()
+        conn.execute("SELECT pg_sleep(4.5)")  # the only connection, busy on a live server for > 2 x the limit
+
+    holder = threading.Thread(target=lambda: health.slot().run(hold))
+    holder.start()
+    try:
+        assert holding.wait(30)
+        seen = {}
+
+        def look():
+            while holder.is_alive():
+                pool = health.statistics().pool
+                if pool.get("waiting"):
+                    seen.update(pool)
+                time.sleep(0.1)
+
+        looker = threading.Thread(target=look)
+        looker.start()
+        started = time.monotonic()
+        value = health.slot().run(lambda c: c.execute("SELECT 42").fetchone()[0])
+        took = time.monotonic() - started
+        holder.join(30)
+        looker.join(30)
+        stats = health.statistics()
+    finally:
+        health.close()
+    assert value == 42 and took > 2.0, took  # it waited past the limit ...
+    assert not gone and stats.outages == 0 and not stats.gave_up and stats.available  # ... and that was no outage
+    assert seen.get("waiting") == 1 and seen.get("longest_wait", 0) >= 1.0, seen
+    assert stats.pool["waits"] >= 1 and stats.pool["wait_seconds"] >= 2.0, stats.pool
+    line = progress_view(RunStatistics("r1", phase="ods", pool_waiting=3, pool_wait_s=75, pool_in_use=19,
+                                       pool_size=19)).renderables[0].plain
+    assert "3 waiting for a database connection (19/19 in use, longest " in line, line
+
+
 def test_a_run_of_30_lanes_on_a_pool_of_4_whose_connections_are_terminated_ends_exact_and_bounded(pg_dsn, tmp_path):
     """The run as a whole: 30 lanes (30 tokens, one store each) share a pool of 4 connections while every backend
     of the database is terminated again and again; the run ends SUCCESS (nobody left paused), ODS is exact, and the
@@ -229,3 +278,23 @@ def test_a_run_of_30_lanes_on_a_pool_of_4_whose_connections_are_terminated_ends_
             assert conn.execute("SELECT count(*) FROM etl_meta.detail_pending").fetchone()[0] == 0
     print(f"30 lanes, pool of 4, {len(kills)} rounds of terminated backends: SUCCESS in {took:.1f} s, "
           f"at most {peak[0]} connections")
+
+
+def test_a_bounded_session_ends_a_statement_that_outlives_its_bound(pg_dsn):
+    """The end-of-run work's connections (issue 28 item 1): the socket is shut when the bound passes, so a
+    statement the server never answers (here one that sleeps past it) ends with a connection error; a session
+    closed in time is left alone."""
+    from feiqiu_etl.db.connection import bounded_session
+
+    conn = bounded_session(connect(pg_dsn), 1.0)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT pg_sleep(10)")
+    took = time.monotonic() - started
+    conn.close()
+    assert 0.8 < took < 5.0, took
+    quick = bounded_session(connect(pg_dsn), 1.0)
+    assert quick.execute("SELECT 1").fetchone() == (1,)
+    quick.close()
+    time.sleep(1.2)  # the timer fires on a closed connection: nothing happens
+    assert quick.closed

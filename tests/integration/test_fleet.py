@@ -108,7 +108,7 @@ def test_lane_settings_apply_to_their_lane_only(tmp_path):
 
 
 def test_the_plan_of_a_second_run_estimates_its_requests_within_20_percent(pg_dsn, tmp_path):
-    from feiqiu_etl.runner.launch import plan_run, prepare_inputs
+    from feiqiu_etl.app.planning import plan_run, prepare_inputs
 
     tokens = {"fq_north": NORTH[:2], "fq_south": SOUTH}
     cfg = sim_config(seed=63, site_ids=NORTH[:2] + SOUTH, tokens=tokens, token="fq_admin")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -89,7 +90,16 @@ def test_cancel_mid_run_sends_nothing_more_and_keeps_everything_fetched(sim, pg_
 
 
 def test_timeout_cancels_the_run(sim, pg_dsn):
-    token = CancellationToken(timeout=0.3)
+    token = CancellationToken()
+    before = len(sim.request_log())
+
+    def time_out_once_started() -> None:  # 0.3 s after the run's first request, not after the call: on a busy
+        end = time.monotonic() + 120      # machine connecting alone can take that long (CancelledEarly)
+        while len(sim.request_log()) == before and time.monotonic() < end:
+            time.sleep(0.01)
+        token.cancel_after(0.3, "timeout")
+
+    threading.Thread(target=time_out_once_started, daemon=True).start()
     result = run_flow(sim, pg_dsn, token=token)
     assert result.status == "CANCELLED"
     assert result.skipped  # tasks after the timeout were not started

@@ -52,7 +52,7 @@ def test_a_lane_with_no_progress_is_reported_stalled_in_status_and_the_log(pg_ds
     from rich.console import Console
 
     from clikit import cli_json
-    from feiqiu_etl.report import render_status
+    from feiqiu_etl.cli.views.status import render_status
 
     with Simulator(sim_config(seed=73)) as sim:
         sim.inject(path="/api/settlement/list", kind="stall", count=1, stall_seconds=10)

@@ -47,7 +47,7 @@ def _small_connector(tmp_path: Path) -> str:
 
 
 def test_the_plan_of_a_new_fleet_is_within_30_percent_of_the_requests_sent(pg_dsn, tmp_path, monkeypatch):
-    from feiqiu_etl.runner.launch import plan_run, prepare_inputs
+    from feiqiu_etl.app.planning import plan_run, prepare_inputs
     from feiqiu_etl.runner import executor
 
     sites = tuple(s for _, stores in LANES.values() for s in stores)

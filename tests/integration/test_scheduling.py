@@ -1,7 +1,8 @@
-"""Issue 18 item 9: the README's scheduling recipes work as written. The cron line is read from README.md (so
-the document cannot drift from what is tested), only its paths are changed, and it runs once the way cron
-runs it (``/bin/sh -c``, a bare environment, no terminal) against the simulator and the embedded PostgreSQL;
-the systemd units are read from README.md too and checked with ``systemd-analyze verify``."""
+"""Issue 18 item 9: the scheduling recipes of the docs work as written. The cron line is read from the docs
+page ``docs/guides/scheduling.md`` (it was README's section "Scheduling without Dagster" until issue 26; so the
+document cannot drift from what is tested), only its paths are changed, and it runs once the way cron runs it
+(``/bin/sh -c``, a bare environment, no terminal) against the simulator and the embedded PostgreSQL; the systemd
+units are read from that page too and checked with ``systemd-analyze verify``."""
 
 from __future__ import annotations
 
@@ -19,16 +20,13 @@ import psycopg
 from feiqiu_etl.simulator import Simulator
 from flowkit import sim_config
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Scheduling without Dagster"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "scheduling.md"
 PRODUCT = "/opt/feiqiu-etl/.venv/bin/feiqiu-etl"
 
 
 def section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(SECTION)
-    end = text.index("\n## ", start + len(SECTION))
-    return text[start:end]
+    """The scheduling page, whole (one page: cron, then systemd)."""
+    return PAGE.read_text(encoding="utf-8")
 
 
 def blocks(language: str) -> list[str]:
@@ -45,7 +43,7 @@ def cron_line() -> tuple[str, str]:
 
 
 def localised(command: str, root: Path) -> str:
-    """``command`` with the README's paths moved under ``root`` and the product's path replaced by this
+    """``command`` with the page's paths moved under ``root`` and the product's path replaced by this
     checkout's console script; nothing else changes."""
     product = Path(sys.executable).with_name("feiqiu-etl")
     assert product.exists(), product
@@ -55,11 +53,11 @@ def localised(command: str, root: Path) -> str:
         (root / folder).mkdir(exist_ok=True)
         moved = re.sub(rf"{re.escape(prefix)}(?=/|\s|$)", str(root / folder), moved, flags=re.M)
     left = re.findall(r"(?<![\w.-])/(?:etc|var|run|opt)/\S*", moved)
-    assert left == [], f"a path of the README's cron line the test does not move: {left}"
+    assert left == [], f"a path of the docs' cron line the test does not move: {left}"
     return moved
 
 
-def test_the_readme_cron_line_runs_a_night_once(pg_dsn, tmp_path):
+def test_the_docs_cron_line_runs_a_night_once(pg_dsn, tmp_path):
     schedule, command = cron_line()
     assert schedule == "30 2 * * *"
     assert "flock -n" in command and "--env-file" in command
@@ -94,7 +92,7 @@ def test_the_readme_cron_line_runs_a_night_once(pg_dsn, tmp_path):
 
 
 def unit_files(root: Path) -> list[Path]:
-    """The README's systemd units, written under ``root`` with their names and the paths moved."""
+    """The docs' systemd units, written under ``root`` with their names and the paths moved."""
     out = []
     for block in blocks("ini"):
         name = re.match(r"# /etc/systemd/system/(\S+)\n", block)
@@ -105,7 +103,7 @@ def unit_files(root: Path) -> list[Path]:
     return out
 
 
-def test_the_readme_systemd_units_are_valid(tmp_path):
+def test_the_docs_systemd_units_are_valid(tmp_path):
     units = unit_files(tmp_path)
     assert sorted(p.name for p in units) == ["feiqiu-etl.service", "feiqiu-etl.timer"]
     service, timer = sorted(units)

@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 
 from feiqiu_etl.connector.model import default_connector_path
-from feiqiu_etl.report import render_summary
+from feiqiu_etl.cli.views.summary import render_summary
 from feiqiu_etl.simulator import Simulator
 from flowkit import run_flow, sim_config
 

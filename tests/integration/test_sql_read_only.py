@@ -15,7 +15,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from feiqiu_etl.db.embedded import DEFAULT_DATABASE, EmbeddedPostgres, ensure_reader_role
-from feiqiu_etl.demo import DEMO_DATABASE
+from feiqiu_etl.cli.demo import DEMO_DATABASE
 from feiqiu_etl.simulator import Simulator
 from clikit import one_line_error, open_folder
 from flowkit import run_flow, sim_config
@@ -91,6 +91,7 @@ def reader_dsn(pg_dsn):
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+@pytest.mark.timeout(900)  # a hang guard: ~15 commands, each a process start (slow on a busy machine)
 def test_sql_command_reads_but_never_writes(pg_dsn, reader_dsn, marker):
     with Simulator(sim_config(seed=9)) as sim:
         assert run_flow(sim, pg_dsn, tasks=["ODS_MEMBER"]).status == "SUCCESS"

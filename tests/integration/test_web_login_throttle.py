@@ -41,17 +41,64 @@ def test_concurrent_wrong_logins_are_throttled_per_address(pg_dsn):
         assert codes.count(401) == 3 and codes.count(429) == 57, codes  # 3 free checks, then wait
         early = next(r for r in answers if r.status_code == 429)
         assert early.headers["retry-after"] == "1" and "try again in 1 s" in early.text and "guess-" not in early.text
-        # the right token from the same address is not even checked while it must wait
-        assert httpx.post(server.url + "/login", data={"token": TOKEN}).status_code == 429
+        # the right token from the same address is checked first and never locked out (issue 28 item 4; it got 429)
         bearer = {"Authorization": f"Bearer {TOKEN}"}
-        assert httpx.get(server.url + "/api/runs", headers=bearer).status_code == 429
+        assert httpx.get(server.url + "/api/runs", headers=bearer).status_code == 200
+        assert httpx.post(server.url + "/login", data={"token": TOKEN}).status_code == 303
+        for _ in range(3):  # the right token cleared the address: 3 free checks again, then the wait
+            assert httpx.post(server.url + "/login", data={"token": "guess-x-0123456789abcdef"}).status_code == 401
         # another loopback address is not affected
         other = httpx.Client(base_url=server.url, transport=httpx.HTTPTransport(local_address="127.0.0.2"))
         stats = other.get("/api/statistics", headers=bearer).json()["security"]
-        assert stats["failed_logins"] == 3 and stats["throttled"] >= 59 and stats["throttled_addresses"] == 1
+        assert stats["failed_logins"] == 6 and stats["throttled"] >= 57 and stats["throttled_addresses"] == 1
         # wrong Bearer headers count as failures too
         for _ in range(3):
             assert other.get("/api/runs", headers={"Authorization": "Bearer wrong-wrong-wrong-wrong"}).status_code == 401
-        refused = other.get("/api/runs", headers=bearer)
+        refused = other.get("/api/runs", headers={"Authorization": "Bearer wrong-wrong-wrong-wrong"})
         assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert other.get("/api/runs", headers=bearer).status_code == 200  # the right one: never locked out
         other.close()
+
+
+ATTACKERS = 200
+GUESSES = 3
+GLOBAL_CAP = 30
+
+
+async def _spread_attack(url: str) -> list[int]:
+    """``GUESSES`` wrong logins from each of ``ATTACKERS`` loopback addresses (127.0.1.x, 127.0.2.x), all at once:
+    under the per-address free checks, so only the global cap can stop them."""
+    clients = [httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_keepalive_connections=0),
+                                 transport=httpx.AsyncHTTPTransport(local_address=f"127.0.{1 + i // 200}.{10 + i % 200}"))
+               for i in range(ATTACKERS)]
+    try:
+        answers = await asyncio.gather(*(c.post("/login", data={"token": f"guess-{n}-{i}-0123456789abcdef"},
+                                                follow_redirects=False)
+                                         for i, c in enumerate(clients) for n in range(GUESSES)))
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+    return [r.status_code for r in answers]
+
+
+def test_600_wrong_tokens_from_200_addresses_meet_the_global_cap_and_the_right_token_still_logs_in(pg_dsn):
+    """Issue 28 item 4: 200 addresses x 3 guesses had 600 tokens checked in 0.4 s, none throttled."""
+    import time
+
+    with WebServer(pg_dsn, env={"FEIQIU_WEB_TOKEN": TOKEN}) as server:
+        began = time.monotonic()
+        codes = asyncio.run(_spread_attack(server.url))
+        took = time.monotonic() - began
+        assert len(codes) == ATTACKERS * GUESSES
+        assert codes.count(401) == GLOBAL_CAP and codes.count(429) == ATTACKERS * GUESSES - GLOBAL_CAP, \
+            sorted(set(codes))
+        # during the attack (the minute's budget is spent): the right token from an attacking address logs in
+        attacker = httpx.Client(base_url=server.url, transport=httpx.HTTPTransport(local_address="127.0.1.10"))
+        assert attacker.post("/login", data={"token": "guess-again-0123456789abcdef"}).status_code == 429
+        assert attacker.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+        assert attacker.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        stats = attacker.get("/api/statistics", headers={"Authorization": f"Bearer {TOKEN}"}).json()["security"]
+        attacker.close()
+    assert stats["failed_logins"] == GLOBAL_CAP and stats["globally_throttled"] >= ATTACKERS * GUESSES - GLOBAL_CAP
+    assert stats["failures_last_minute"] == GLOBAL_CAP
+    print(f"{ATTACKERS * GUESSES} wrong logins from {ATTACKERS} addresses in {took:.2f} s: {codes.count(401)} checked "
+          f"(401), {codes.count(429)} refused by the global cap (429); the right token logged in during the attack")

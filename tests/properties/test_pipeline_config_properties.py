@@ -31,7 +31,7 @@ UPPER = {"workers": 256, "queue_size": 1_000_000, "batch_size": 1_000_000, "max_
 
 
 def is_valid(v: dict) -> bool:
-    """The rules, written independently of ``PipelineConfig.__post_init__`` (README: sane upper limits)."""
+    """The rules, written independently of ``PipelineConfig.__post_init__`` (docs/reference/settings.md: sane upper limits)."""
     for k in INT_KEYS:
         if type(v[k]) is not int or not 1 <= v[k] <= UPPER[k]:
             return False
@@ -111,7 +111,7 @@ def layered(task_code, global_layer, task_layer, task_defaults, other_task_layer
 
 
 def in_bounds(layer: dict) -> bool:
-    """Every value of a layer is checked on its own, also one a higher layer overrides (README): each within
+    """Every value of a layer is checked on its own, also one a higher layer overrides (docs/guides/configuration.md): each within
     the bounds of its key."""
     for key, raw in layer.items():
         value = float(raw)

@@ -1,4 +1,4 @@
-"""The override order of the settings model, across every layer (README "Configuration").
+"""The override order of the settings model, across every layer (docs/guides/configuration.md).
 
 Random values in every layer — built-in default, the connector's task defaults, a ``.env`` file (really written
 and loaded the way the CLI loads it, so the real environment wins), the environment, ``--set``, the dedicated

@@ -82,8 +82,23 @@ def test_a_bad_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, en
 
 def test_a_bad_url_in_the_variable_is_named_by_position_never_shown():
     with pytest.raises(AlertsConfigError) as err:
-        load_alerts(None, {"FEIQIU_ALERT_URLS": f"json://127.0.0.1:1/a,{SECRET}"})
+        load_alerts(None, {"FEIQIU_ALERT_URLS": f"json://127.0.0.1:1/a {SECRET}"})  # a comma would keep it in URL 1
     assert "FEIQIU_ALERT_URLS: URL 2" in str(err.value) and SECRET not in str(err.value)
+
+
+def test_alert_urls_are_separated_by_whitespace_newlines_or_semicolons_and_keep_a_comma_inside_a_url():
+    """Issue 28 item 6: a valid ``mailto://…?to=a@x.com,b@y.com`` was refused (the variable was split on commas)."""
+    from feiqiu_etl.alerts.config import split_urls
+
+    mail = "mailto://user:pw@smtp.example.com?to=a@x.com,b@y.com"
+    cfg = load_alerts(None, {"FEIQIU_ALERT_URLS": mail})
+    assert [t.url for t in cfg.targets] == [mail]
+    hook = "json://127.0.0.1:9000/hook"
+    for text in (f"{hook} {mail}", f"{hook}\n{mail}\n", f"{hook};{mail}", f" {hook} ;\n\t{mail} ", f"{hook},{mail}",
+                 f"{hook}, {mail}"):
+        assert split_urls(text) == [hook, mail], text
+        assert [t.url for t in load_alerts(None, {"FEIQIU_ALERT_URLS": text}).targets] == [hook, mail], text
+    assert split_urls("") == [] and split_urls(" ;\n ") == []
 
 
 def test_redact_and_scrub_never_show_a_secret():
@@ -94,7 +109,7 @@ def test_redact_and_scrub_never_show_a_secret():
         assert SECRET not in redact(url), url
         assert SECRET not in scrub(f"error sending to {url}: Max retries exceeded with url: /hook/{SECRET}", url)
     assert redact("json://127.0.0.1:9000/hook") == "json://127.0.0.1:9000/…"
-    assert redact(f"feishu://{SECRET}") == "feishu://s…2"
+    assert redact(f"feishu://{SECRET}") == "feishu://***"  # not even a first and last character (issue 28)
 
 
 # ---------------------------------------------------------------------------------------------- rules

@@ -172,7 +172,6 @@ WRONG_WAY = {  # (importer prefix, imported prefix): why not
     ("feiqiu_etl.tasks", "feiqiu_etl.plan"): "the plan is built above the tasks: a task names what it needs "
                                              "(tasks.ods.task.PlannedTask)",
     ("feiqiu_etl.plan", "feiqiu_etl.tasks"): "the plan reads connector data (connector.dwd_mapping), not loaders",
-    ("feiqiu_etl.web", "feiqiu_etl.report"): "the terminal's renderers; shared formatting is in feiqiu_etl.formats",
     ("feiqiu_etl.web", "feiqiu_etl.cli"): "the command line is above everything",
 }
 
@@ -191,10 +190,12 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     return out
 
 
-def _imports_of(module: str, is_package: bool, source: str, known: set[str]) -> list[tuple[str, int, str]]:
-    """``(imported module, line, imported name or "")`` for every import of a module in ``known``."""
+def _imports_of(module: str, is_package: bool, source: str, known: set[str],
+                type_only: bool = False) -> list[tuple[str, int, str]]:
+    """``(imported module, line, imported name or "")`` for every import of a module in ``known`` (with
+    ``type_only``, the imports under ``if TYPE_CHECKING:`` too)."""
     tree = ast.parse(source)
-    skip = _type_checking_only(tree)
+    skip = set() if type_only else _type_checking_only(tree)
     out = []
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -218,10 +219,22 @@ def _imports_of(module: str, is_package: bool, source: str, known: set[str]) -> 
     return out
 
 
-def _graph(sources: dict[str, tuple[bool, str]]) -> dict[str, list[tuple[str, int, str]]]:
+def _graph(sources: dict[str, tuple[bool, str]], type_only: bool = False) -> dict[str, list[tuple[str, int, str]]]:
     """``{module: [(imported module, line, name), …]}`` for ``{module: (is_package, source)}``."""
     known = set(sources)
-    return {m: _imports_of(m, is_package, text, known) for m, (is_package, text) in sources.items()}
+    return {m: _imports_of(m, is_package, text, known, type_only) for m, (is_package, text) in sources.items()}
+
+
+def _packages(graph: dict[str, list[tuple[str, int, str]]]) -> dict[str, list[tuple[str, int, str]]]:
+    """The graph between the top-level packages (``feiqiu_etl.registry``: every module under it is the package;
+    a loose top-level module is its own node)."""
+    def top(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, list[tuple[str, int, str]]] = {}
+    for m, imports in graph.items():
+        out.setdefault(top(m), []).extend((top(t), line, name) for t, line, name in imports if top(t) != top(m))
+    return out
 
 
 def _sources() -> dict[str, tuple[bool, str]]:
@@ -292,7 +305,10 @@ def _private_reaches(graph: dict[str, list[tuple[str, int, str]]],
 
 
 def test_the_import_graph_has_no_circle():
-    assert _circles(_graph(_sources())) == []
+    """Issue 26: lazy (function-level) and type-only imports count, at module and at package level."""
+    graph = _graph(_sources(), type_only=True)
+    assert _circles(graph) == []
+    assert _circles(_packages(graph)) == []
 
 
 def test_no_import_goes_the_wrong_way():
@@ -349,11 +365,15 @@ def test_the_import_graph_checks_see_what_they_must():
         "feiqiu_etl.tasks.x": (False, "import feiqiu_etl.plan.model\n"),
         "feiqiu_etl.plan.model": (False, "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                          "    from feiqiu_etl.tasks import x\n"),  # annotations only: no edge
-        "feiqiu_etl.web.y": (False, "from feiqiu_etl.report import duration\n"),
-        "feiqiu_etl.report": (False, ""),
+        "feiqiu_etl.web.y": (False, "from feiqiu_etl.cli.views import duration\n"),
+        "feiqiu_etl.cli.views": (False, ""),
     }
     graph = _graph(sources)
     assert _circles(graph) == [["feiqiu_etl.a", "feiqiu_etl.b", "feiqiu_etl.c"]]
+    typed = _graph(sources, type_only=True)  # plan.model → tasks.x (type-only) closes tasks → plan → tasks
+    assert _circles(_packages(typed)) == [["feiqiu_etl.a", "feiqiu_etl.b", "feiqiu_etl.c"],
+                                          ["feiqiu_etl.plan", "feiqiu_etl.tasks"]]
+    assert _circles(_packages(graph)) == [["feiqiu_etl.a", "feiqiu_etl.b", "feiqiu_etl.c"]]
     assert [line.split(" imports ")[0] for line in _wrong_way(graph)] == ["feiqiu_etl.tasks.x:1", "feiqiu_etl.web.y:1"]
     assert _private_reaches(graph, sources) == ["feiqiu_etl.d:2 imports feiqiu_etl.c._hidden",
                                                 "feiqiu_etl.d:3 reads c._peek"]
@@ -392,3 +412,27 @@ def test_a_bare_status_literal_appears_only_in_the_status_table():
     assert _bare_status_literals("x.py", 'a = "SUCCESS"\nb = "SELECT 1 WHERE status = \'SUCCESS\'"\n') == \
         ["x.py:1 'SUCCESS'"]
     assert _bare_status_literals("x.py", 'label = N_("SUCCESS")\nif s == "FAILED": pass\n') == ["x.py:2 'FAILED'"]
+
+
+MAX_MODULE_LINES = 500
+# Modules still over MAX_MODULE_LINES (issue 26), each with why it is not split yet. An entry that no longer
+# offends fails the test too: take it off this list.
+KNOWN_LONG_MODULES = {
+    "pipeline/unified_pipeline.py": "the engine's loop; to split with pipeline/ owners (issue 26 left open)",
+    "pipeline/request_scheduler.py": "the lane; to split with pipeline/ owners (issue 26 left open)",
+    "db/health.py": "database watchdog; hardening branch (issue 28) edits it",
+    "db/embedded/server.py": "embedded server; hardening branch (issue 28) edits it",
+    "simulator/events.py": "integrity/deletions branches (issue 25) edit the simulator",
+    "config/settings.py": "grew past 500 with issue 25 (integrity settings); to split",
+    "tasks/ods/task.py": "grew past 500 with issue 25 (reconciliation); to split",
+    "tasks/ods/writer.py": "grew past 500 with issue 25 (deletion guard); to split",
+    "web/routes.py": "grew past 500 with issue 29 (overview, i18n); to split",
+}
+
+
+def test_no_module_is_over_500_lines():
+    found = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+             for p in sorted(ROOT.rglob("*.py"))}
+    over = {k: v for k, v in found.items() if v > MAX_MODULE_LINES}
+    assert {k: v for k, v in over.items() if k not in KNOWN_LONG_MODULES} == {}
+    assert sorted(set(KNOWN_LONG_MODULES) - set(over)) == []  # fixed: take it off the list

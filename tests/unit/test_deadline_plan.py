@@ -163,15 +163,15 @@ def test_without_a_deadline_nothing_changes():
 
 
 def test_the_plan_says_what_fits_and_what_is_left(monkeypatch):
-    monkeypatch.setattr("feiqiu_etl.deadline.display_zone", lambda: UTC8)  # the display zone: one function
-    small = _inputs("06:00", tasks=("ODS_PAYMENT", "ODS_GOODS"), **{"window.initial_days": 1})
+    zone = {"display.timezone": "Etc/GMT-8"}  # +08:00: the display zone, from the settings
+    small = _inputs("06:00", tasks=("ODS_PAYMENT", "ODS_GOODS"), **{"window.initial_days": 1}, **zone)
     plan = build_plan(small, now=NOW, started=START)  # 4.5 h until 06:00 at +08:00 for a few pages
     fit = plan.lanes[0].fit
     assert fit.available == pytest.approx(4.5 * 3600) and fit.fits and not fit.narrowed and fit.pace == 1.0
     data = plan.lanes[0].to_dict()["deadline"]
     assert data["text"] == "06:00" and data["fit"]["fits"] is True and "it fits" in data["summary"][0]
     # a first load of 90 days (contract volumes: thousands of details) by 06:00: narrowed, and still too much
-    tight = build_plan(_inputs("06:00"), now=NOW, started=START).lanes[0].fit
+    tight = build_plan(_inputs("06:00", **zone), now=NOW, started=START).lanes[0].fit
     assert not tight.fits and tight.pace == 0.0 and tight.seconds_narrowest < tight.seconds
     first, last = tight.stores
     assert first.done_at < last.done_at or first.left != last.left or first.left
@@ -179,6 +179,37 @@ def test_the_plan_says_what_fits_and_what_is_left(monkeypatch):
     assert not any(item.startswith("recent data") for s in tight.stores for item in s.left)  # yesterday fits
     text = "\n".join(tight.lines("default", "06:00"))
     assert "left for the next night" in text and "narrowest safe gaps (groupbuy 8.8 s, standard 3.3 s)" in text
+
+
+def test_a_time_of_day_is_read_in_display_timezone_not_the_hosts_zone_and_said_with_its_offset(monkeypatch):
+    """Issue 28 item 2: ``--deadline 06:00`` with ``display.timezone`` Asia/Shanghai on a UTC host stops at 06:00
+    Shanghai time (22:00 UTC), not 06:00 UTC (14:00 Shanghai), and every deadline message names the offset."""
+    import time as clock
+
+    from feiqiu_etl.cli.views.summary import deadline_line
+    from feiqiu_etl.formats import use_display_zone
+
+    monkeypatch.setenv("TZ", "UTC")
+    clock.tzset()
+    try:
+        assert datetime.now().astimezone().utcoffset() == timedelta(0)  # a UTC host
+        plan = build_plan(_inputs("06:00", **{"display.timezone": "Asia/Shanghai"}), now=NOW, started=START)
+        lane = plan.lanes[0]
+        assert lane.deadline_at == datetime(2024, 3, 3, 22, 0, tzinfo=timezone.utc)  # 06:00 +08:00
+        use_display_zone("Asia/Shanghai")
+        try:
+            assert lane.until() == "06:00 (2024-03-04 06:00:00 +08:00)", lane.until()
+            line = deadline_line("north", {"text": "06:00", "at": lane.deadline_at.isoformat(), "reached": True})
+            assert "06:00 (2024-03-04 06:00:00 +08:00) reached" in line, line
+            assert "+08:00" in "\n".join(lane.to_dict()["deadline"]["summary"])
+        finally:
+            use_display_zone("local")
+        # the host's own zone only when display.timezone is local (the default)
+        assert build_plan(_inputs("06:00"), now=NOW, started=START).lanes[0].deadline_at == \
+            datetime(2024, 3, 4, 6, 0, tzinfo=timezone.utc)
+    finally:
+        monkeypatch.delenv("TZ")
+        clock.tzset()
 
 
 def test_a_floor_the_token_learnt_binds_the_narrowest_gap():

@@ -69,3 +69,29 @@ def test_security_counts_login_failures_against_the_address_and_compares_in_cons
     assert sec.throttle.wait("10.0.0.9") == 0
     assert sec.token_matches("a-long-enough-test-token-0123") and not sec.token_matches("a-long-enough-test-token-012")
     assert sec._token != b"a-long-enough-test-token-0123"  # only an HMAC digest is kept
+
+
+def test_a_global_cap_bounds_wrong_tokens_per_minute_over_all_addresses_and_the_right_token_passes():
+    """Issue 28 item 4: at most ``global_per_minute`` wrong tokens a minute in total (a sliding minute), whatever
+    the number of addresses; the right token is compared first and never refused."""
+    from feiqiu_etl.web.security import Throttled
+
+    clock = Clock()
+    rules = ThrottleRules()
+    security = Security("the-right-token-0123456789", "0.0.0.0", LoginThrottle(rules, clock))
+    outcomes = []
+    for i in range(200):  # 200 addresses, 2 guesses each: under the per-address free checks
+        for _ in range(2):
+            try:
+                outcomes.append(security.login("wrong-token-0123456789", f"10.2.{i}.1"))
+            except Throttled as exc:
+                outcomes.append(exc.wait)
+        clock.now += 0.01
+    checked = [o for o in outcomes if o is None]
+    assert rules.global_per_minute == 30 and len(checked) == 30 and len(outcomes) == 400
+    assert all(0 < o <= 60 for o in outcomes if o is not None)
+    stats = security.throttle.statistics()
+    assert stats.globally_refused == 370 and stats.failures_last_minute == 30
+    assert security.login("the-right-token-0123456789", "10.2.5.1") is not None  # during the attack
+    clock.now += 60.0  # a minute after the first failures: the budget is back
+    assert security.throttle.wait("10.9.9.9") == 0 and security.login("wrong-token-0123456789", "10.9.9.9") is None

@@ -96,6 +96,21 @@ def test_nul_is_stripped_before_storage():
     assert json.loads(out.rows[0].payload)["remark"] == "ab"
 
 
+def test_nul_removed_from_upstream_text_is_counted():
+    """Issue 28 item 7: a NUL byte in upstream text was dropped with no record of it. The processor counts every
+    one removed (values and keys, over all pages), for the task's one line and its ``nul_removed``."""
+    from feiqiu_etl.tasks.ods.hashing import canonical_row_counted
+
+    p = processor("ODS_SETTLEMENT")
+    assert p.nul_removed == 0
+    p(item({"code": 0, "data": {"total": 2, "list": [settlement(1, remark="a\u0000b\u0000"),
+                                                       settlement(2, remark="plain")]}}))
+    p(item({"code": 0, "data": {"total": 1, "list": [settlement(3, **{"no\u0000te": "\u0000"})]}}))
+    assert p.nul_removed == 4
+    assert canonical_row_counted({"a": "x\\u0000y"})[3] == 0  # an escaped backslash is no NUL
+    assert canonical_row_counted({"a": ["\u0000", {"b": "\u0000\u0000"}]})[3] == 3
+
+
 def test_snapshot_completeness_rules():
     s = SnapshotState()
     s.page(3, [(1,), (2,)], short=False)

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from feiqiu_etl.report import render_summary
+from feiqiu_etl.cli.views.summary import render_summary
 
 TASKS = ("ODS_MEMBER", "ODS_MEMBER_BALANCE_CHANGE", "ODS_SETTLEMENT", "ODS_GROUP_BUY_REDEMPTION")
 
@@ -67,7 +67,7 @@ def test_a_wide_terminal_keeps_every_column():
 
 
 def test_a_finished_lane_says_done_without_a_rate_or_eta_and_queues_are_labelled():
-    from feiqiu_etl.report import lane_lines
+    from feiqiu_etl.cli.views.progress import lane_lines
     from feiqiu_etl.statistics import LaneStatistics
 
     lane = LaneStatistics.from_dict(
@@ -91,7 +91,7 @@ def test_show_lists_every_error_without_pointing_at_itself():
 def test_the_runs_table_fits_80_columns_with_whole_run_ids():
     from datetime import datetime, timezone
 
-    from feiqiu_etl.report import render_runs
+    from feiqiu_etl.cli.views.runs import render_runs
 
     rows = [{"run_id": f"20261201T14251{i}Z-23b43c0{i}", "status": "INTERRUPTED", "duration": 95.2,
              "started_at": datetime(2026, 12, 1, 14, 25, tzinfo=timezone.utc), "stores": [8640015201004417 + i],
@@ -106,7 +106,7 @@ def test_the_runs_table_fits_80_columns_with_whole_run_ids():
 
 def _runs_text(rows: list[dict], zone: str) -> str:
     from feiqiu_etl.formats import use_display_zone
-    from feiqiu_etl.report import render_runs
+    from feiqiu_etl.cli.views.runs import render_runs
 
     out = io.StringIO()
     use_display_zone(zone)

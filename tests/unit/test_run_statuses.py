@@ -62,7 +62,7 @@ def test_the_summary_of_a_busy_run_prints_the_holder_once():
 
     from rich.console import Console
 
-    from feiqiu_etl.report import render_summary
+    from feiqiu_etl.cli.views.summary import render_summary
 
     reason = "lane default (feiqiu:ab) is in use by run 20261201T000000Z-aaaaaaaa (host h, pid 1)"
     run = RunResult("r", "feiqiu", lanes=[_lane("default", busy=True, reason=reason)])

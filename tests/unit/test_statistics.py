@@ -112,10 +112,11 @@ def test_the_json_of_a_snapshot_is_the_type_and_reads_back_equal():
     assert data["lanes"][0]["current"] == {"task": "ODS_MEMBER", "site_id": 11, "request": "/api/member page 2",
                                            "in_flight": True}
     assert data["lanes"][0]["queues"] == {"frontier": 2, "processing": 1, "write": 0}
-    # the keys the README and live.js know since before the typed status, in their order
+    # the keys the docs and live.js know since before the typed status, in their order
     assert list(data) == ["run_id", "phase", "cancelling", "tasks_done", "tasks", "lanes", "elapsed_s",
                           "rows_written", "rows_per_s", "requests_sent", "requests_remaining", "eta_s",
-                          "rows_unchanged"]  # issue 27: rows written are inserted + updated, unchanged apart
+                          "rows_unchanged",  # issue 27: rows written are inserted + updated, unchanged apart
+                          "pool_waiting", "pool_wait_s", "pool_in_use", "pool_size"]  # the pool's: issue 28 item 9
     assert list(data["lanes"][0])[:20] == [
         "name", "key", "state", "current", "next_due_in", "wait_reason", "requests_sent", "throttled", "banned",
         "banned_seconds", "floors", "tripped", "queues", "rows_written", "rows_per_s", "requests_remaining",

@@ -9,6 +9,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pytest
+
 from feiqiu_etl.textsafe import escape, escape_tree, redact_url, terminal_json, url_secrets
 
 ISSUE_PAYLOAD = "\x1b[2J\x1b]0;pwned-title\x07…\n2026-12-01 00:00:00 ERROR [default 1 ODS_FAKE] forged line"
@@ -75,3 +77,44 @@ def test_no_secret_survives_in_userinfo_or_a_secret_parameter(password, value, n
             shown = redact_url(url)
             assert "S3CR3T" not in shown, (url, shown)
             assert shown.startswith("https://user:***@") and shown.endswith(f"&{name}=***&size=10"), shown
+
+
+CREDENTIAL_PARAMS = ["sig", "signature", "key", "secret", "password", "token", "access_token", "refresh_token",
+                     "api_key", "apikey", "client_secret", "X-Amz-Signature", "auth", "passwd", "sign", "hmac"]
+
+
+@pytest.mark.parametrize("name", CREDENTIAL_PARAMS)
+def test_every_credential_like_parameter_is_masked_by_the_one_redaction_rule(name):
+    """Issue 28 item 5: ``config show`` printed ``sig=SIGVAL99`` from an API base while it masked ``token=``."""
+    from feiqiu_etl.pipeline.unified_pipeline import safe_params
+    from feiqiu_etl.registry import redact_args
+    from feiqiu_etl.textsafe import is_secret_name, redact_mapping
+
+    value = "SIGVAL99secret"
+    url = f"https://api.example.com/v1?site=12&{name}={value}&page=3"
+    shown = redact_url(url)
+    assert value not in shown and f"{name}=***" in shown and "site=12" in shown and "page=3" in shown, shown
+    assert value in url_secrets(url)
+    assert is_secret_name(name) and redact_mapping({name: value, "site": 12}) == {name: "***", "site": 12}
+    assert safe_params({name: value, "page": 1}) == {name: "***", "page": 1}  # the request records
+    stored = redact_args({"api_base": url, "other_url": url, name: value})  # the run record's args
+    assert value not in repr(stored), stored
+
+
+@pytest.mark.parametrize("url, secrets", [
+    ("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/-1001234567", ["123456789", "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"]),
+    ("feishu://abcdefSECRETKEY", ["abcdefSECRETKEY", "abc", "KEY"]),
+    ("json://hookuser:hookpass@127.0.0.1:9000/path/SECRETPATH?token=qq1234&sig=ss5678",
+     ["hookuser", "hookpass", "SECRETPATH", "qq1234", "ss5678"]),
+    ("mailto://mailuser:mailpass@smtp.example.com?to=a@x.com,b@y.com", ["mailuser", "mailpass"]),
+    ("discord://webhook_id_999/webhook_token_888", ["webhook_id_999", "webhook_token_888"]),
+])
+def test_an_alert_urls_userinfo_path_and_host_key_are_not_shown_at_all(url, secrets):
+    from feiqiu_etl.alerts.sending import redact
+
+    shown = redact(url)
+    for secret in secrets:
+        assert secret not in shown, (shown, secret)
+    assert shown.startswith(url.split("://")[0] + "://"), shown
+    if url.startswith(("tgram", "feishu", "discord")):  # the host is a key: not even its first and last character
+        assert shown.split("://", 1)[1].split("/")[0] == "***", shown

@@ -28,8 +28,9 @@
         stale_hours: 26                # data older than this, per store and task (null = off)
 
 The file is passed with ``--alerts FILE`` (or ``FEIQIU_ALERTS=FILE``, which every command reads, so that the
-command that finds a killed run INTERRUPTED alerts too). ``FEIQIU_ALERT_URLS`` (comma-separated Apprise URLs)
-adds one target per URL that receives every reason, with or without a file. A target's URL carries its
+command that finds a killed run INTERRUPTED alerts too). ``FEIQIU_ALERT_URLS`` (Apprise URLs separated by whitespace,
+newlines or ``;``, as Apprise takes them; a comma separates two URLs only where the next one begins with
+``SCHEME://``, so ``mailto://…?to=a@x.com,b@y.com`` stays one URL: :func:`split_urls`, issue 28 item 6) adds one target per URL that receives every reason, with or without a file. A target's URL carries its
 secret (a bot key, a password), so it is read from an environment variable whose NAME the file gives;
 nothing here ever prints a URL. Errors are one line naming the file and the field
 (``alerts.yaml: alerts.targets[0] (ops).url_env: environment variable FQ_X is not set``); the CLI exits 2.
@@ -194,7 +195,7 @@ def load_alerts(path: str | Path | None, environ: Mapping[str, str] | None = Non
             if problem:
                 raise AlertsConfigError(f"{where}: the URL in {t.url_env} {problem}")
             targets.append(Target(t.name, url, redact(url), frozenset(t.reasons) if t.reasons is not None else None))
-    urls = [u.strip() for u in (env.get(ENV_URLS) or "").split(",") if u.strip()]
+    urls = split_urls(env.get(ENV_URLS) or "")
     if len(urls) > MAX_URLS:
         raise AlertsConfigError(f"{ENV_URLS}: {len(urls)} URLs, at most {MAX_URLS}")
     for i, url in enumerate(urls, 1):
@@ -217,6 +218,16 @@ _UNSET = object()
 _active: object = _UNSET
 _warned: set[str] = set()
 _lock = threading.Lock()
+
+
+_URL_SEPARATOR = re.compile(r"[\s;]+|,\s*(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
+
+
+def split_urls(text: str) -> list[str]:
+    """The URLs of a ``FEIQIU_ALERT_URLS`` value: separated by whitespace, newlines or ``;`` (as Apprise reads a
+    list of URLs), or by a comma that a new ``SCHEME://`` follows (the older form ``url1,url2`` keeps working);
+    a comma inside a URL (``mailto://…?to=a@x.com,b@y.com``) is part of it."""
+    return [u.strip(",") for u in _URL_SEPARATOR.split(text) if u.strip(",")]
 
 
 def activate(config: AlertConfig | None) -> None:

@@ -83,7 +83,8 @@ def usable(url: str) -> str | None:
 def redact(url: str) -> str:
     """``url`` safe to show (:func:`feiqiu_etl.textsafe.redact_url`, the one URL redactor): for address-like
     schemas (json, form, xml, mailto) ``scheme://host:port`` plus ``/…`` when more follows; for the others
-    (whose host is a key) the first and last character of the host. No user, password, path or query."""
+    (whose host is a key: ``tgram://BOT_TOKEN``) not even the host (``tgram://***``). No user, password, path or
+    query."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     return redact_url(url, secret_path=True, secret_host=scheme not in HTTP_SCHEMAS)
 

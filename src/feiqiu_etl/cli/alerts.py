@@ -10,7 +10,7 @@ import click
 
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, setup_logging
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.textsafe import escape, terminal_json
 
 
@@ -22,7 +22,7 @@ def alerts() -> None:
 @alerts.command("test")
 @click.argument("target", required=False)
 @click.option("--alerts", "alerts_path", envvar="FEIQIU_ALERTS", type=click.Path(dir_okay=False), metavar="FILE",
-              help="alerts file (env FEIQIU_ALERTS); FEIQIU_ALERT_URLS adds targets url1, url2, …")
+              help="alerts file (env FEIQIU_ALERTS); FEIQIU_ALERT_URLS (URLs separated by spaces, newlines or ;) adds targets url1, url2, …")
 @click.option("--json", "as_json", is_flag=True, help="print the outcome per target as JSON")
 @common_options
 def alerts_test(target, alerts_path, as_json, verbose, log_format) -> None:

@@ -8,43 +8,34 @@ import sys
 
 import click
 
-import importlib
-
+from feiqiu_etl.cli import alerts, check, config, dagster, freshness, ops, prune, run, simulate, sql, state, tasks
+from feiqiu_etl.config import ConfigError, read_dotenv
+from feiqiu_etl.errortext import one_line
+from feiqiu_etl.app.errors import AppError, UsageFailure
 from feiqiu_etl.textsafe import escape
 
-COMMANDS = {
-    "check": "check:check", "run": "run:run", "plan": "run:plan", "demo": "run:demo", "simulate": "simulate:simulate",
-    "sql": "sql:sql", "tasks": "tasks:tasks_cmd", "runs": "ops:runs", "show": "ops:show", "status": "ops:status",
-    "cancel": "ops:cancel", "details": "ops:details", "config": "config:config", "freshness": "freshness:freshness",
-    "alerts": "alerts:alerts", "dagster": "dagster:dagster", "state": "state:state", "web": "web:web",
-}
-"""Every command: the module of :mod:`feiqiu_etl.cli` and the name of its click command. A command's module is
-imported when the command runs (or its help is shown), not before: a read-only command does not import the
-code of ``run``, ``web`` or ``dagster`` (issue 27: read-only commands within a second)."""
+
+class CommandFailure(click.ClickException):
+    """An :class:`~feiqiu_etl.app.errors.AppError` as the command line reports it: ``Error: <one line>`` on
+    stderr and the error's exit code."""
+
+    def __init__(self, error: AppError):
+        super().__init__(error.message)
+        self.exit_code = error.exit_code
 
 
-class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use (click's documented lazy-loading pattern)."""
+class _Main(click.Group):
+    """The group whose commands' application errors become :class:`CommandFailure` (click's one-line error and
+    exit code, also under ``click.testing.CliRunner``)."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS:
-            return None
-        module, attr = COMMANDS[name].split(":")
+    def invoke(self, ctx: click.Context):
         try:
-            command = getattr(importlib.import_module(f"feiqiu_etl.cli.{module}"), attr)
-        except ImportError:  # pragma: no cover - an optional dependency (the web page's) is missing
-            return None
-        if name == "runs" and "prune" not in command.commands:
-            from feiqiu_etl.cli.prune import runs_prune
-
-            command.add_command(runs_prune)
-        return command
+            return super().invoke(ctx)
+        except AppError as exc:
+            raise CommandFailure(exc) from None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="feiqiu-etl")
 @click.option("--env-file", default=".env", show_default=True, type=click.Path(dir_okay=False),
               help="read settings and FEIQIU_API_TOKEN / FEIQIU_API_BASE / ETL_DB_DSN from this file "
@@ -55,9 +46,6 @@ class LazyGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> None:
     """Pull the Feiqiu store API through one rate-limited request lane per token into PostgreSQL (ODS + DWD)."""
-    from feiqiu_etl.config import ConfigError, read_dotenv
-    from feiqiu_etl.runner.launch import UsageFailure
-
     explicit = ctx.get_parameter_source("env_file") != click.core.ParameterSource.DEFAULT
     try:
         dotenv = read_dotenv(env_file, required=explicit)
@@ -66,6 +54,18 @@ def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> No
     ctx.obj = {"verbose": verbose, "dotenv": dotenv, "log_format": log_format}
 
 
+
+for command in (check.check, run.run, run.plan, run.demo, simulate.simulate, sql.sql, tasks.tasks_cmd, ops.runs, ops.show,
+                ops.status, ops.cancel, ops.details, config.config, freshness.freshness, alerts.alerts,
+                dagster.dagster, state.state):
+    main.add_command(command)
+ops.runs.add_command(prune.runs_prune)
+try:
+    from feiqiu_etl.cli import web
+except ImportError:  # pragma: no cover - the web page's dependencies are missing
+    pass
+else:
+    main.add_command(web.web)
 
 
 def _json_logs_asked(argv: list[str] | None = None) -> bool:
@@ -122,8 +122,6 @@ def entry() -> None:
 
         from feiqiu_etl.common import exitcodes
         from feiqiu_etl.db.health import DatabaseUnavailable
-
-        from feiqiu_etl.errortext import one_line
 
         text = escape(one_line(exc, 400, with_type=False))
         if logging.getLogger().isEnabledFor(logging.DEBUG):

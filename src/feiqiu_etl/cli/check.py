@@ -40,7 +40,9 @@ def check(wait_for_lane, as_json, verbose, log_format, **p) -> None:
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.formats import duration
     from feiqiu_etl.runner.check import run_check
-    from feiqiu_etl.runner.launch import check_database, connector_for, database, prepare_inputs, UsageFailure
+    from feiqiu_etl.app.database import check_database, connector_for, database
+    from feiqiu_etl.app.errors import UsageFailure
+    from feiqiu_etl.app.planning import prepare_inputs
     from feiqiu_etl.runner.flow_runner import prepare_database
 
     inputs = prepare_inputs(to_run_options({**p, "no_dwd": True}, None, wait_for_lane))
@@ -74,7 +76,7 @@ def check(wait_for_lane, as_json, verbose, log_format, **p) -> None:
 def _signalled(work):
     """``work(cancellation)`` with SIGINT/SIGTERM cancelling it (a second one aborts)."""
     from feiqiu_etl.pipeline.cancellation import CancellationToken
-    from feiqiu_etl.runner.launch import signals_cancel
+    from feiqiu_etl.cli.signals import signals_cancel
 
     cancellation = CancellationToken()
     try:

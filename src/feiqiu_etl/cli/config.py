@@ -24,7 +24,7 @@ def config_show(as_json, verbose, log_format, **p) -> None:
     setup_logging(verbose, log_format)
     from feiqiu_etl.config import ConfigError
     from feiqiu_etl.connector import ConnectorError, load_connector
-    from feiqiu_etl.runner.launch import UsageFailure
+    from feiqiu_etl.app.errors import UsageFailure
     from feiqiu_etl.plan.fleet import FleetError, load_fleet
 
     options = to_run_options(p)
@@ -45,7 +45,7 @@ def config_show(as_json, verbose, log_format, **p) -> None:
 
         click.echo(terminal_json(rows))
         return
-    from feiqiu_etl.report import compact_table, stdout_console
+    from feiqiu_etl.cli.views.console import compact_table, stdout_console
 
     console = stdout_console()
     table = compact_table()

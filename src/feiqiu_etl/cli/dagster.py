@@ -28,8 +28,10 @@ from pathlib import Path
 
 import click
 
+from feiqiu_etl.cli.numeric import IntRange
 from feiqiu_etl.cli.options import common_options, listen, settings, setup_logging
-from feiqiu_etl.runner.launch import UsageFailure, check_database, database
+from feiqiu_etl.app.database import check_database, database
+from feiqiu_etl.app.errors import UsageFailure
 
 DAGSTER_DATABASE = "dagster"
 """The embedded server's database for Dagster's own storage."""
@@ -78,7 +80,7 @@ def dagster() -> None:
 @dagster.command()
 @click.option("--fleet", "fleet_path", envvar="FEIQIU_FLEET", type=click.Path(dir_okay=False), required=True,
               help="the fleet file (env FEIQIU_FLEET)")
-@click.option("--port", type=click.IntRange(1, 65535), default=3000, show_default=True, help="the Dagster UI's port")
+@click.option("--port", type=IntRange(1, 65535), default=3000, show_default=True, help="the Dagster UI's port")
 @click.option("--dagster-home", "home", type=click.Path(file_okay=False),
               help="Dagster's folder (env DAGSTER_HOME; default: <feiqiu-etl home>/dagster)")
 @click.option("--dsn", help="the warehouse (env ETL_DB_DSN); default: the embedded server's feiqiu_etl")

@@ -14,10 +14,11 @@ import sys
 
 import click
 
+from feiqiu_etl.cli.numeric import FloatRange
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import (common_options, dsn_option, echo_json, json_option, setup_logging, use_alerts,
                                     warehouse)
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 
 
@@ -46,7 +47,7 @@ def schedule_for(fleet_path: str | None, connector, site_ids: list[int] | None =
               help="judge only the stores of this fleet file and the tasks each lane runs (its tasks:)")
 @click.option("--site-id", "site_ids", multiple=True, metavar="SITE_ID",
               help="judge only these stores (repeat or comma-separate), every task of the connector")
-@click.option("--hours", type=click.FloatRange(0.01, 8760), default=None,
+@click.option("--hours", type=FloatRange(0.01, 8760), default=None,
               help=f"stale when older than this (default: the alerts file's rules.stale_hours, else "
                    f"{DEFAULT_STALE_HOURS:g})")
 @click.option("--fail-stale", is_flag=True, help=f"exit {exitcodes.STALE} when something is stale")
@@ -106,7 +107,8 @@ def never_loaded_lines(rows: list[dict]) -> list[str]:
 
 def _render(report: dict) -> None:
     from feiqiu_etl.alerts.record import alert_lines
-    from feiqiu_etl.report import render_freshness, say
+    from feiqiu_etl.cli.views.console import say
+    from feiqiu_etl.cli.views.freshness import render_freshness
 
     render_freshness(report)
     for text in alert_lines(report.get("alerts") or []):

@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 
 import click
+
+from feiqiu_etl.cli.numeric import FloatRange, INT, IntRange
 import psycopg
 
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, setup_logging, \
     warehouse
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl import registry
 from feiqiu_etl.app.reads import run_detail
 from feiqiu_etl.textsafe import escape
@@ -52,9 +54,9 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--limit", type=IntRange(1, 10000), default=20, show_default=True)
 @click.option("--status", type=click.Choice([s.value for s in RECORDED], case_sensitive=False), help="only runs with this status")
-@click.option("--store", type=int, metavar="SITE_ID", help="only runs that included this store (site id)")
+@click.option("--store", type=INT, metavar="SITE_ID", help="only runs that included this store (site id)")
 @dsn_option
 @json_option
 @common_options
@@ -74,7 +76,7 @@ def runs(ctx, limit, status, store, dsn, demo, as_json, verbose, log_format) -> 
         say(f"no {status.upper() + ' ' if status else ''}runs{f' of store {store}' if store is not None else ''}"
             " (feiqiu-etl runs lists them all)")
         return
-    from feiqiu_etl.report import render_runs
+    from feiqiu_etl.cli.views.runs import render_runs
 
     render_runs([r.to_dict() for r in rows])
 
@@ -93,7 +95,7 @@ def show(run_id, dsn, demo, as_json, verbose, log_format) -> None:
     if as_json:
         echo_json(run)
         return
-    from feiqiu_etl.report import render_show
+    from feiqiu_etl.cli.views.show import render_show
 
     render_show(run.to_dict())
     from feiqiu_etl.alerts.record import alert_lines
@@ -115,7 +117,7 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         if as_json:
             echo_json(registry.running(conn))
             return
-        from feiqiu_etl.report import render_status
+        from feiqiu_etl.cli.views.status import render_status
 
         if not watch:
             render_status([r.to_dict() for r in registry.running(conn)])
@@ -123,7 +125,11 @@ def status(watch, dsn, demo, as_json, verbose, log_format) -> None:
         from rich.console import Group
         from rich.live import Live
 
-        from feiqiu_etl.report import SafeConsole, progress_view, recorded_live
+        from feiqiu_etl.app.progress import recorded_live
+
+        from feiqiu_etl.cli.views.console import SafeConsole
+
+        from feiqiu_etl.cli.views.progress import progress_view
 
         watched: list[str] = []
         seen_any = False
@@ -160,7 +166,7 @@ def _ended(conn: psycopg.Connection, run_id: str) -> str:
 
 @click.command()
 @click.argument("run_id")
-@click.option("--wait", "wait_s", type=click.FloatRange(0, 3600), default=30, show_default=True,
+@click.option("--wait", "wait_s", type=FloatRange(0, 3600), default=30, show_default=True,
               help="wait up to this long for the run to end and print its final status (0 = do not wait)")
 @dsn_option
 @json_option
@@ -193,7 +199,7 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
 
 @click.group(invoke_without_command=True)
 @click.option("--task", "task_code", help="only this task (e.g. ODS_SETTLEMENT)")
-@click.option("--site-id", type=int, metavar="SITE_ID", help="only this store")
+@click.option("--site-id", type=INT, metavar="SITE_ID", help="only this store")
 @dsn_option
 @json_option
 @common_options
@@ -216,7 +222,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
     if as_json:
         echo_json(rows)
         return
-    from feiqiu_etl.report import render_details
+    from feiqiu_etl.cli.views.details import render_details
 
     render_details(rows)
 
@@ -224,7 +230,7 @@ def details(ctx, task_code, site_id, dsn, demo, as_json, verbose, log_format) ->
 @details.command("drop")
 @click.argument("task_code")
 @click.argument("parents", nargs=-1)
-@click.option("--site-id", type=int, metavar="SITE_ID", help="only this store")
+@click.option("--site-id", type=INT, metavar="SITE_ID", help="only this store")
 @click.option("--all", "drop_all", is_flag=True, help="drop every owed detail of the task (no PARENT given)")
 @dsn_option
 @common_options

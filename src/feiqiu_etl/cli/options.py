@@ -19,7 +19,8 @@ from feiqiu_etl.formats import use_display_zone
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
 from feiqiu_etl.config.settings import flags as setting_flags
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.runner.launch import UsageFailure, check_database, connector_for, database
+from feiqiu_etl.app.database import check_database, connector_for, database
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl import registry
 from feiqiu_etl.textsafe import escape, terminal_json
 
@@ -145,7 +146,7 @@ def emit(result, as_json: bool) -> None:
     if as_json:
         click.echo(terminal_json(data))
         return
-    from feiqiu_etl.report import render_summary
+    from feiqiu_etl.cli.views.summary import render_summary
 
     render_summary(data)
     if data.get("alerts"):
@@ -292,7 +293,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.health import DatabaseWatchdog
     from feiqiu_etl.db.schema import ensure_schemas
-    from feiqiu_etl.demo import DEMO_DATABASE
+    from feiqiu_etl.cli.demo import DEMO_DATABASE
 
     config = settings({"db_dsn": dsn})
     dsn = None if demo else reveal(config.db_dsn)
@@ -336,7 +337,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def say(text: str, *, err: bool = False) -> None:
     """A plain message to stdout (stderr with ``err``), wrapped between words on a terminal
-    (:func:`feiqiu_etl.report.say`; imported here lazily, as rich is)."""
-    from feiqiu_etl.report import say as print_message
+    (:func:`feiqiu_etl.cli.views.console.say`; imported here lazily, as rich is)."""
+    from feiqiu_etl.cli.views.console import say as print_message
 
     print_message(text, err=err)

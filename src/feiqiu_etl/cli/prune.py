@@ -7,7 +7,7 @@ import click
 
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, setup_logging, \
     warehouse
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 
 PRUNE_BUDGET = 600.0
 """Seconds ``runs prune`` may spend (batches of 200 runs, each statement at most 30 s); a rerun goes on."""

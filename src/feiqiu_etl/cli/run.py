@@ -7,9 +7,15 @@ import sys
 
 import click
 
+from feiqiu_etl.cli.numeric import FLOAT, INT, IntRange
 from feiqiu_etl.cli.options import (DURATION, collect_sets, common_options, emit, flag_options, layers, redacted_args,
                                     setup_logging, to_run_options, use_alerts, with_run_options)
-from feiqiu_etl.runner.launch import database
+from feiqiu_etl.app.database import check_database, connector_for, database
+from feiqiu_etl.app.planning import plan_run, prepare_inputs
+from feiqiu_etl.app.run import RunRequest
+from feiqiu_etl.cli.signals import run_with_signals
+from feiqiu_etl.db.embedded import DEFAULT_DATABASE
+from feiqiu_etl.registry import Invocation
 from feiqiu_etl.textsafe import terminal_json
 
 
@@ -22,18 +28,17 @@ from feiqiu_etl.textsafe import terminal_json
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object on stdout")
 @click.option("--no-progress", is_flag=True, help="no progress display or progress lines on stderr")
 @click.option("--alerts", "alerts_path", envvar="FEIQIU_ALERTS", type=click.Path(dir_okay=False), metavar="FILE",
-              help="alerts file (env FEIQIU_ALERTS): where to send alerts about this run (README \"Alerts\")")
+              help="alerts file (env FEIQIU_ALERTS): where to send alerts about this run (docs/guides/alerts.md)")
 @common_options
 @click.pass_context
 def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose, log_format, **p) -> None:
     """Run the flow: every lane (token) at once, each strictly serial, then DWD."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.runner.launch import execute_flow
-
     options = to_run_options(p, timeout, wait_for_lane)
     use_alerts(alerts_path)
     args = redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane, "alerts": alerts_path})
-    result = execute_flow(options, command="run", args=args, progress=not no_progress)
+    request = RunRequest(options, Invocation(command="run", args=args), embedded=DEFAULT_DATABASE)
+    result = run_with_signals(request, progress=not no_progress)
     emit(result, as_json)
     sys.exit(result.exit_code)
 
@@ -47,8 +52,6 @@ def plan(as_json, verbose, log_format, **p) -> None:
 
     Reads the warehouse's history (finished windows, owed details, past runs); sends no request."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.runner.launch import check_database, plan_run, prepare_inputs, connector_for
-
     from feiqiu_etl.config.settings import reveal
 
     inputs = prepare_inputs(to_run_options(p))
@@ -61,7 +64,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
     if as_json:
         click.echo(terminal_json(data))
         return
-    from feiqiu_etl.report import render_plan
+    from feiqiu_etl.cli.views.plan import render_plan
 
     render_plan(data)
 
@@ -69,10 +72,10 @@ def plan(as_json, verbose, log_format, **p) -> None:
 @click.command()
 @click.option("--dsn", help="PostgreSQL DSN (ETL_DB_DSN is NOT used: the demo never writes into the warehouse "
                            "by accident); default: database feiqiu_demo on the embedded server")
-@click.option("--seed", type=int, default=7, show_default=True, help="simulated data seed")
+@click.option("--seed", type=INT, default=7, show_default=True, help="simulated data seed")
 @click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True,
               help="simulated store size")
-@click.option("--days", type=click.IntRange(1, 31), default=3, show_default=True,
+@click.option("--days", type=IntRange(1, 31), default=3, show_default=True,
               help="days of simulated history to load")
 @flag_options("pipeline.workers", "pipeline.batch_size")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=collect_sets,
@@ -83,7 +86,7 @@ def plan(as_json, verbose, log_format, **p) -> None:
 def demo(dsn, seed, scale, days, no_dwd, as_json, verbose, log_format) -> None:
     """Start PostgreSQL and the simulator, load every task with demo-sized gaps, print a summary."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.demo import run_demo
+    from feiqiu_etl.cli.demo import run_demo
 
     overrides, flags = layers()
     result = run_demo(dsn=dsn, seed=seed, scale=scale, days=days, overrides=overrides, load_dwd=not no_dwd,

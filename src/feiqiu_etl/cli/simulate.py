@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import click
 
+from feiqiu_etl.cli.numeric import FloatRange, INT, IntRange
 from feiqiu_etl.cli.options import common_options, setup_logging
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (loopback by default)")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0 = any free port")
-@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--port", type=IntRange(0, 65535), default=8765, show_default=True, help="0 = any free port")
+@click.option("--seed", type=INT, default=7, show_default=True)
 @click.option("--scale", type=click.Choice(["small", "medium", "large"]), default="small", show_default=True)
-@click.option("--days", type=click.IntRange(1, 366), default=3, show_default=True, help="days of history")
-@click.option("--gap-standard", type=click.FloatRange(0, 3600), default=3.0, show_default=True,
+@click.option("--days", type=IntRange(1, 366), default=3, show_default=True, help="days of history")
+@click.option("--gap-standard", type=FloatRange(0, 3600), default=3.0, show_default=True,
               help="risk-control gap G, standard class (s)")
-@click.option("--gap-groupbuy", type=click.FloatRange(0, 3600), default=8.0, show_default=True,
+@click.option("--gap-groupbuy", type=FloatRange(0, 3600), default=8.0, show_default=True,
               help="risk-control gap G, groupbuy class (s)")
-@click.option("--ban-seconds", type=click.FloatRange(0, 86400), default=300.0, show_default=True,
+@click.option("--ban-seconds", type=FloatRange(0, 86400), default=300.0, show_default=True,
               help="ban length after 3 violations within the violation window (s)")
-@click.option("--violation-window", type=click.FloatRange(0, 86400), default=60.0, show_default=True,
+@click.option("--violation-window", type=FloatRange(0, 86400), default=60.0, show_default=True,
               help="rolling window in which 3 violations ban the token (s)")
 @click.option("--no-risk-control", is_flag=True, help="accept every request (no gaps, no bans)")
 @click.option("--anchor", metavar='"YYYY-MM-DD HH:MM:SS"',

@@ -9,14 +9,15 @@ import click
 
 from feiqiu_etl.cli.options import settings
 from feiqiu_etl.errortext import one_line
-from feiqiu_etl.runner.launch import UsageFailure, database
+from feiqiu_etl.app.database import database
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.textsafe import terminal_json
 
 
 @click.command()
 @click.argument("query")
-@click.option("--dsn", help="PostgreSQL DSN of a read-only role (env ETL_DB_DSN; README: a read-only role for "
-                           "sql); default: the embedded server's read-only role")
+@click.option("--dsn", help="PostgreSQL DSN of a read-only role (env ETL_DB_DSN; the docs: 'A read-only "
+                           "role for sql'); default: the embedded server's read-only role")
 @click.option("--demo", is_flag=True, help="query the demo's database (feiqiu_demo) on the embedded server")
 @click.option("--json", "as_json", is_flag=True, help="rows as a JSON array of objects")
 @click.option("--timeout", metavar="SECONDS", help="sql.timeout: cancel the statement after this many seconds "
@@ -42,7 +43,7 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.reader_session import KEEPALIVE, StatementTimeout, bound_session, role_problem, run_statement
     from feiqiu_etl.db.schema import ensure_schemas
-    from feiqiu_etl.demo import DEMO_DATABASE
+    from feiqiu_etl.cli.demo import DEMO_DATABASE
 
     if not query.strip().rstrip(";").strip():
         raise UsageFailure("an empty query: give one SQL statement, e.g. \"SELECT count(*) FROM ods.settlement\"")
@@ -74,7 +75,7 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     if as_json:
         click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
         return
-    from feiqiu_etl.report import render_rows
+    from feiqiu_etl.cli.views.tables import render_rows
 
     render_rows(columns, [tuple(_sql_text(v) for v in r) for r in rows])
 

@@ -14,7 +14,7 @@ from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, \
     setup_logging, warehouse
 from feiqiu_etl.registry import state as bookkeeping
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.formats import UPSTREAM_ZONE, when
 from feiqiu_etl.textsafe import escape
 
@@ -144,12 +144,12 @@ def _ranges(items: list[dict[str, datetime]]):
 
 def _render(data: dict[str, Any]) -> None:
     """One table per store, then the DWD watermarks and the latest resets, fitted to the terminal like ``runs``
-    (:func:`feiqiu_etl.report.fitted`): task and table names are never cut; a window range stays on one line;
+    (:func:`feiqiu_etl.cli.views.console.fitted`): task and table names are never cut; a window range stays on one line;
     the high-water mark is the end of the last finished range; ``horizon`` is a windowed task's horizon (the window
     zone), ``snapshot`` a snapshot task's last snapshot (the display zone, named in its header): one zone per
     column; ``holes`` only when some task has one. When a store's table is still
     too wide, each task is a block of lines instead."""
-    from feiqiu_etl.report import fits, fitted, header_zone, stdout_console
+    from feiqiu_etl.cli.views.console import fits, fitted, header_zone, stdout_console
 
     console = stdout_console()
     for h in data.get("held_deletions") or []:  # issue 25: soft deletions the deletion guard held back

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from feiqiu_etl.runner.launch import UsageFailure
+from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.textsafe import terminal_json
 
 
@@ -32,7 +32,7 @@ def tasks_cmd(connector_path, as_json) -> None:
     if as_json:
         click.echo(terminal_json({"connector": connector.name, "tasks": rows}))
         return
-    from feiqiu_etl.report import render_tasks
+    from feiqiu_etl.cli.views.tables import render_tasks
 
     render_tasks(connector.name, rows)
 

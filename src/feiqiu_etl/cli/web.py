@@ -14,8 +14,10 @@ import socket
 
 import click
 
+from feiqiu_etl.cli.numeric import FloatRange, IntRange
 from feiqiu_etl.cli.options import common_options, dsn_option, listen, settings, setup_logging, warehouse
-from feiqiu_etl.runner.launch import UsageFailure, database
+from feiqiu_etl.app.database import database
+from feiqiu_etl.app.errors import UsageFailure
 
 MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: it loads Starlette)
 
@@ -23,13 +25,13 @@ MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: i
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to bind; anything but 127.0.0.1, ::1 or localhost needs --auth-token")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+@click.option("--port", type=IntRange(0, 65535), default=8080, show_default=True,
               help="TCP port (0 = any free port; the address is printed on stderr)")
 @click.option("--auth-token", metavar="TOKEN",
               help="require this token (Authorization: Bearer, or the login form) on every request "
                    f"(env FEIQIU_WEB_TOKEN, preferred: a command line is visible to other users); at least "
                    f"{MIN_TOKEN_LENGTH} characters that are not whitespace, not all the same")
-@click.option("--stale-hours", type=click.FloatRange(0.01, 8760), default=26.0, show_default=True,
+@click.option("--stale-hours", type=FloatRange(0.01, 8760), default=26.0, show_default=True,
               help="Freshness page: red when the last complete window or snapshot is older than this")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
               help="connector YAML whose tasks the Freshness page lists (default: the bundled Feiqiu connector)")
@@ -43,7 +45,7 @@ MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: i
 def web(host, port, auth_token, stale_hours, connector_path, fleet_path, reader_dsn, dsn, demo, verbose,
         log_format) -> None:
     """Serve the admin web page: runs, one run with its lane timeline, live lanes with Cancel, freshness,
-    and the JSON API (README "The web page")."""
+    and the JSON API (docs/guides/web.md)."""
     setup_logging(verbose, log_format)
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.web.security import needs_token, token_problem
@@ -95,7 +97,7 @@ def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
-    from feiqiu_etl.demo import DEMO_DATABASE
+    from feiqiu_etl.cli.demo import DEMO_DATABASE
     from feiqiu_etl.errortext import one_line
     from feiqiu_etl.web import WebSettings
 

@@ -59,7 +59,7 @@ class KeyColumn:
             raise ValueError(f"key field {self.field!r} must be an integer, got {value!r}")
         if isinstance(value, int):
             out = value
-        elif isinstance(value, str) and value.lstrip("-").isdigit():
+        elif isinstance(value, str) and value.lstrip("-").isascii() and value.lstrip("-").isdigit():  # ASCII only
             out = int(value)
         else:
             raise ValueError(f"key field {self.field!r} must be an integer, got {value!r}")

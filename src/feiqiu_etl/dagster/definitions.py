@@ -9,7 +9,7 @@ underneath as the safety net (per token per database): if a pool has no limit, t
 lane there (``wait_for_lane``) instead of failing.
 
 What it must never do: change how a run works. Every materialization is one
-:func:`feiqiu_etl.runner.launch.execute_in_process` call (recorded in ``etl_meta.run`` like the CLI, resumable,
+:func:`feiqiu_etl.app.run.run` call (recorded in ``etl_meta.run`` like the CLI, resumable,
 cancellable with ``feiqiu-etl cancel``); tokens are read from the environment variables the fleet file names,
 in the process that runs the step, and never appear in a definition, a log line or metadata.
 """

@@ -1,11 +1,11 @@
 """Inside a Dagster step: one feiqiu-etl run, its log streamed into Dagster's event log as it happens, and
 its outcome turned into what Dagster shows (materialization metadata, ``Failure``, asset check results).
 
-* :func:`run_in_step` runs :func:`feiqiu_etl.runner.launch.execute_in_process` in a worker thread, so that a
+* :func:`run_in_step` runs :func:`feiqiu_etl.app.run.run` in a worker thread, so that a
   Dagster termination (raised in the step's thread) becomes a graceful cancel; its settings come from the
   step's environment exactly as the CLI's (``FleetSettings.options``);
 * while it runs, the step's Dagster log gets what the CLI prints without a terminal: a line per finished
-  task and a progress line every ``progress.heartbeat_seconds`` (:func:`feiqiu_etl.report.progress_lines`),
+  task and a progress line every ``progress.heartbeat_seconds`` (:func:`feiqiu_etl.app.progress.progress_lines`),
   plus the run's warnings and errors — each line escaped (upstream text is data), one event each;
 * :func:`materialize_result` builds the ``MaterializeResult`` (per partition metadata) or raises the
   ``Failure`` of a :class:`~feiqiu_etl.dagster.outcome.Verdict`.
@@ -50,9 +50,9 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
     recorded CANCELLED, and then the interruption propagates. Its progress streams into ``context.log`` as it
     happens. A configuration error (no database among them: a step never starts an embedded server) is a
     ``Failure``. Returns the :class:`~feiqiu_etl.runner.results.RunResult`."""
-    import click
-
-    from feiqiu_etl.runner.launch import execute_in_process
+    from feiqiu_etl.app.errors import AppError
+    from feiqiu_etl.app.progress import progress_lines
+    from feiqiu_etl.app.run import RunRequest, run
     from feiqiu_etl.pipeline.cancellation import CancellationToken
     from feiqiu_etl.registry import Invocation
 
@@ -66,10 +66,13 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
     def progress(line: str) -> None:
         context.log.info(escape(line))
 
+    def watch(runner: Any, settings: Any):
+        return progress_lines(runner, progress, settings.progress.heartbeat_seconds)
+
     def work() -> None:
         try:
-            box["result"] = execute_in_process(options, None, cancellation, progress=progress,
-                                               invocation=Invocation(command="dagster", args=args))
+            box["result"] = run(RunRequest(options, Invocation(command="dagster", args=args), cancellation=cancellation,
+                                           watch=watch))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the step's thread
             box["error"] = exc
         finally:
@@ -94,8 +97,8 @@ def run_in_step(context: dg.OpExecutionContext, options: RunOptions, args: dict)
         cancellation.dispose()
         logging.getLogger("feiqiu_etl").removeHandler(handler)
     error = box.get("error")
-    if isinstance(error, click.ClickException):  # bad configuration, unreachable database
-        raise dg.Failure(description=escape(error.format_message()), allow_retries=False)
+    if isinstance(error, AppError):  # bad configuration, unreachable database
+        raise dg.Failure(description=escape(error.message), allow_retries=False)
     if error is not None:
         raise error
     result = box["result"]
@@ -169,7 +172,7 @@ def warehouse(options: RunOptions):
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import redact_dsn, scrub
     from feiqiu_etl.errortext import one_line
-    from feiqiu_etl.runner.launch import connector_for
+    from feiqiu_etl.app.database import connector_for
 
     try:
         settings = options.settings()
@@ -183,7 +186,11 @@ def warehouse(options: RunOptions):
         conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         conn.commit()
     except psycopg.Error as exc:
-        raise dg.Failure(description=escape(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
+        from feiqiu_etl.db.connection import no_answer
+
+        reason = no_answer(exc, settings.db.connect_timeout)
+        raise dg.Failure(description=escape(f"{reason} ({redact_dsn(dsn)})" if reason else
+                                            f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
                                             f"{scrub(one_line(exc, with_type=False), dsn)}"),
                          allow_retries=False) from None
     return conn

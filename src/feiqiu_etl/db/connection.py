@@ -74,6 +74,16 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: float | None
     return conn
 
 
+def no_answer(exc: BaseException, timeout: float) -> str | None:
+    """``PostgreSQL did not answer within N s`` when ``exc`` is a connect that timed out (a server frozen or
+    overloaded: it accepted the connection and said nothing), else None — so a frozen server is not reported as
+    a missing database or a refused login (issue 28 item 7)."""
+    text = str(exc).lower()
+    if isinstance(exc, TimeoutError) or "timeout expired" in text or "timed out" in text:
+        return f"PostgreSQL did not answer within {timeout:g} s"
+    return None
+
+
 def abandon(conn: psycopg.Connection) -> None:
     """Shut the socket of ``conn`` down from any thread, so that a read or write blocked on a server that does not
     answer (frozen, ``SIGSTOP``) returns at once with a connection error in the thread that uses it. Works on a
@@ -82,6 +92,19 @@ def abandon(conn: psycopg.Connection) -> None:
         fd = conn.pgconn.socket
         with socket.socket(fileno=os.dup(fd)) as sock:
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def bounded_session(conn: psycopg.Connection, seconds: float) -> psycopg.Connection:
+    """``conn`` with a client-side bound on all the work done on it: ``seconds`` after this call its socket is
+    shut down (:func:`abandon`) if it is still open, so a statement on a server that stopped answering — where no
+    server-side timeout fires — ends with a connection error instead of waiting for ever (issue 28 item 1: the
+    end-of-run work). Closing the connection earlier makes the timer a no-op. Returns ``conn``."""
+    import threading
+
+    timer = threading.Timer(seconds, lambda: None if conn.closed else abandon(conn))
+    timer.daemon = True
+    timer.start()
+    return conn
 
 
 def open_pool(dsn: str, connect_fn: Callable[[str], psycopg.Connection], limits: DbLimits, *,

@@ -52,10 +52,16 @@ log = logging.getLogger("feiqiu_etl.db")
 
 BACKOFF_START = 0.25
 BACKOFF_MAX = 5.0
+CHECKOUT_STEP = 1.0
+"""Seconds of one wait for a pooled connection: a cancel is noticed within it (issue 28 item 1)."""
 WATCH_INTERVAL = 0.2
 """Seconds between two looks of the watchdog at the statements in flight."""
 CANCELLED_STALL = 1.0
-"""The watchdog's patience (s) once the run is cancelled."""
+"""The watchdog's patience (s) once the run is cancelled, with a server that answers nothing."""
+CANCELLED_GRACE = 1.0
+"""Once the run is cancelled, an operation begun before the cancel and still in flight this long (s) after it is
+dropped whatever else answers (a signal ends a run within 5 s in every state: issue 28 item 1); the end-of-run
+work begun after the cancel keeps its own bound."""
 _RETRY_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53100", "53200", "53300", "40001", "40P01", "25P03")
 """Connection exceptions, admin/crash shutdown, cannot connect now, disk full, out of memory, too many
 connections, serialization failure, deadlock, idle-in-transaction timeout: worth a reconnect and a retry."""
@@ -80,6 +86,13 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
+def stuck_seconds(limits: DbLimits) -> float:
+    """The client-side bound of one operation of a run (s): ``statement_timeout`` — past which a live server has
+    ended the statement itself — plus the watchdog's stall. An operation in flight longer is dropped even while
+    the server answers others (one backend frozen or stuck, which no server-side timeout can end: issue 28)."""
+    return limits.statement_timeout + stall_seconds(limits.unavailable_limit)
+
+
 def stall_seconds(limit: float) -> float:
     """How long the watchdog lets a statement wait while the server answers nothing at all before it drops the
     connections in flight: a quarter of ``limit``, between 2 and 15 s (the outage then counts from the server's
@@ -93,19 +106,22 @@ class _InFlight:
     conn: psycopg.Connection
     started: float
     what: str
+    bound: float | None = None           # dropped when in flight longer, whatever else answers
     dropped_since: float | None = None   # set when the watchdog dropped it: the server's last sign of life
 
 
 @dataclass(frozen=True)
 class WatchdogStatistics:
     """``in_flight`` statements now, ``oldest`` of them (s), ``quiet`` seconds since the server last answered
-    anything, ``dropped`` connections shut down because the server stopped answering, ``probes`` sent."""
+    anything, ``dropped`` connections shut down because the server stopped answering, ``probes`` sent, ``stuck``
+    operations dropped past their own bound (or after a cancel) while the server answered others."""
 
     in_flight: int
     oldest: float
     quiet: float
     dropped: int
     probes: int
+    stuck: int = 0
 
 
 class DatabaseWatchdog:
@@ -119,13 +135,23 @@ class DatabaseWatchdog:
     over. A slow statement on a live server is left alone as long as anything else answers — the run's heartbeat
     does, once a second — or, when nothing else runs, a ``SELECT 1`` on a connection of the watchdog's own
     (``probe()``, opened only while in doubt, closed after) answers. Once ``cancel_event`` is set (the run is
-    cancelled: a signal must end it within seconds) the patience is :data:`CANCELLED_STALL` s at most. The
-    watchdog's own thread never does I/O.
+    cancelled: a signal must end it within seconds) the patience is :data:`CANCELLED_STALL` s at most.
+
+    **Stuck operations** (issue 28 item 1): one backend can stop answering while the others still do (frozen,
+    stuck in the kernel) — the heartbeat's answers then keep the rule above from firing, and no server-side
+    timeout can end that statement. So every tracked operation also has a client-side ``bound`` (s; the
+    watchdog's default, or one given to :meth:`track`): in flight longer, its connection alone is shut down,
+    whatever else answers; and once the run is cancelled, every operation begun before the cancel and still in
+    flight :data:`CANCELLED_GRACE` s after it is. The watchdog's own thread never does I/O.
     """
 
     def __init__(self, stall: float, *, probe: Callable[[], psycopg.Connection] | None = None,
-                 name: str = "db-watchdog", cancel_event: threading.Event | None = None):
+                 name: str = "db-watchdog", cancel_event: threading.Event | None = None,
+                 bound: float | None = None):
         self.stall = stall
+        self.bound = bound
+        self._stuck = 0
+        self._cancelled_at: float | None = None
         self._cancel = cancel_event
         self._probe_connect = probe
         self._name = name
@@ -140,10 +166,12 @@ class DatabaseWatchdog:
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
-    def track(self, conn: psycopg.Connection, what: str = "statement") -> Iterator[_InFlight]:
-        """Watch the round trips on ``conn`` inside the body (one thread's). An answer — the body ends, or raises
-        an error the server sent — counts as a sign of life; a dropped connection's error propagates as it is."""
-        op = _InFlight(conn, time.monotonic(), what)
+    def track(self, conn: psycopg.Connection, what: str = "statement", *,
+              bound: float | None = None) -> Iterator[_InFlight]:
+        """Watch the round trips on ``conn`` inside the body (one thread's), for at most ``bound`` s (default the
+        watchdog's). An answer — the body ends, or raises an error the server sent — counts as a sign of life;
+        a dropped connection's error propagates as it is."""
+        op = _InFlight(conn, time.monotonic(), what, bound if bound is not None else self.bound)
         key = next(self._ids)
         with self._lock:
             self._ops[key] = op
@@ -179,14 +207,32 @@ class DatabaseWatchdog:
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_INTERVAL):
             now = time.monotonic()
-            stall = min(self.stall, CANCELLED_STALL) if self._cancel is not None and self._cancel.is_set() \
-                else self.stall
+            cancelled = self._cancel is not None and self._cancel.is_set()
+            if cancelled and self._cancelled_at is None:
+                self._cancelled_at = now
+            stall = min(self.stall, CANCELLED_STALL) if cancelled else self.stall
             drop: list[_InFlight] = []
+            stuck: list[_InFlight] = []
             probe = False
             with self._lock:
                 waiting = [op for op in self._ops.values() if op.dropped_since is None]
                 if not waiting:
                     continue
+                for op in waiting:  # past its own bound, or still in flight well after a cancel
+                    if (op.bound is not None and now - op.started > op.bound) or \
+                            (cancelled and op.started < self._cancelled_at and now - self._cancelled_at > CANCELLED_GRACE):
+                        op.dropped_since = max(self._last_answer, op.started)
+                        stuck.append(op)
+                self._stuck += len(stuck)
+                waiting = [op for op in waiting if op.dropped_since is None]
+            for op in stuck:
+                log.warning("database %s in flight for %.1f s (%s): dropping its connection",
+                            op.what, now - op.started, f"more than its bound of {op.bound:.0f} s"
+                            if op.bound is not None and now - op.started > op.bound else "the run is cancelled")
+                abandon(op.conn)
+            if not waiting:
+                continue
+            with self._lock:
                 oldest = min(op.started for op in waiting)
                 quiet = now - max(self._last_answer, oldest)
                 if now - oldest > stall and quiet > stall:
@@ -227,7 +273,7 @@ class DatabaseWatchdog:
         with self._lock:
             starts = [op.started for op in self._ops.values()]
             return WatchdogStatistics(len(starts), now - min(starts) if starts else 0.0, now - self._last_answer,
-                                      self._dropped, self._probes)
+                                      self._dropped, self._probes, self._stuck)
 
 
 # ---------------------------------------------------------------------------------------------- health
@@ -235,7 +281,8 @@ class DatabaseWatchdog:
 class HealthStatistics:
     """``available``: no operation is retrying; ``outages`` begun, ``down_for`` (s) of the current one,
     ``reconnects`` (outages ended), ``last_error``, ``gave_up`` (past the limit), ``retrying`` operations now,
-    the ``pool`` (size, connections open, idle, clients waiting) and the ``watchdog``'s figures."""
+    the ``pool`` (``size``, connections ``open``, ``idle``, clients ``waiting`` now and the ``longest_wait`` s of
+    them, ``waits`` that took a second or more and their ``wait_seconds``) and the ``watchdog``'s figures."""
 
     available: bool
     outages: int
@@ -269,7 +316,8 @@ class DatabaseHealth:
         self._on_down = on_down
         self._on_up = on_up
         self._on_gave_up = on_gave_up
-        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: connect(dsn), cancel_event=cancel_event)
+        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: self._pool_connect(dsn),
+                                         cancel_event=cancel_event, bound=stuck_seconds(limits))
         self._lock = threading.Lock()          # the figures below
         self._transition = threading.Lock()    # an outage's start or end together with on_down/on_up
         self._pool = None
@@ -283,6 +331,11 @@ class DatabaseHealth:
         self._last_error: str | None = None
         self._gave_up = False
         self._contention_noted = False
+        self._pool_waiters: dict[object, float] = {}   # checkouts waiting now -> since (monotonic)
+        self._pool_waits = 0            # checkouts that waited a step or more
+        self._pool_wait_seconds = 0.0
+        self._connect_failed_at: float | None = None
+        self._connect_ok_at: float | None = None
 
     def slot(self, *, autocommit: bool = False) -> "DbSlot":
         return DbSlot(self, autocommit=autocommit)
@@ -318,32 +371,65 @@ class DatabaseHealth:
             if self._closed:
                 raise DatabaseUnavailable("the run's database pool is closed")
             if self._pool is None:
-                self._pool = open_pool(self.dsn, self._connect, self.limits, name="feiqiu-etl-run")
+                self._pool = open_pool(self.dsn, self._pool_connect, self.limits, name="feiqiu-etl-run")
             return self._pool
 
     def checkout(self, deadline: float | None = None) -> psycopg.Connection:
-        """A connection of the pool, within ``limit`` seconds (until ``deadline``, a monotonic time, if given; 1 s
-        once the run is cancelled). A pool that stays busy for that long while the server answers is contention,
-        not an outage: the wait goes on (the statements holding the connections are bounded themselves). Raises
-        ``psycopg_pool.PoolTimeout`` when the database gives no connection in time."""
+        """A connection of the pool, asked for in steps of :data:`CHECKOUT_STEP` s (a cancel is noticed within
+        one step). Waiting for a pooled connection is not the database being away (issue 28 item 9): a pool whose
+        connections are all busy while it can connect is contention, and the wait goes on (the statements holding
+        the connections are bounded themselves, and the run's own limits end it). Only a failed connect — of the
+        pool, or of the watchdog's probe — since the wait began makes it an outage: then ``PoolTimeout`` is raised
+        once the limit has passed (at ``deadline``, a monotonic time, if given). Raises ``PoolTimeout`` within a
+        step once the run is cancelled, and :class:`DatabaseUnavailable` when the pool is closed."""
         from psycopg_pool import PoolTimeout
 
         pool = self._the_pool()
-        while True:
-            timeout = self.limit if deadline is None else max(0.05, deadline - time.monotonic())
-            timeout = min(timeout, 1.0) if self.cancelled else timeout
-            try:
-                return pool.getconn(timeout)
-            except PoolTimeout:
-                stats = pool.get_stats()
-                busy = stats.get("pool_size", 0) - stats.get("pool_available", 0)
-                if self.cancelled or busy <= 0 or self.watchdog.statistics().quiet > self.limit:
-                    raise
-                deadline = None
-                if not self._contention_noted:
-                    self._contention_noted = True
-                    log.warning("all %d pooled database connections have been busy for %.0f s; waiting "
-                                "(db.pool_size)", self.limits.pool_size, self.limit)
+        asked = time.monotonic()
+        ends = asked + self.limit if deadline is None else deadline
+        key = object()
+        with self._lock:
+            self._pool_waiters[key] = asked
+        try:
+            while True:
+                try:
+                    return pool.getconn(CHECKOUT_STEP)
+                except PoolTimeout:
+                    now = time.monotonic()
+                    if self.cancelled:
+                        raise
+                    if now < ends:
+                        continue
+                    with self._lock:
+                        failed = self._connect_failed_at is not None and self._connect_failed_at >= asked
+                    stats = pool.get_stats()
+                    busy = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+                    if failed or busy <= 0:
+                        raise
+                    if not self._contention_noted:
+                        self._contention_noted = True
+                        log.warning("all %d pooled database connections have been busy for %.0f s while the "
+                                    "database answers: waiting for one (db.pool_size; not an outage)",
+                                    self.limits.pool_size, now - asked)
+        finally:
+            waited = time.monotonic() - asked
+            with self._lock:
+                self._pool_waiters.pop(key, None)
+                if waited >= CHECKOUT_STEP:
+                    self._pool_waits += 1
+                    self._pool_wait_seconds += waited
+
+    def _pool_connect(self, dsn: str) -> psycopg.Connection:
+        """The pool's connect: ``connect(dsn)``, its failure noted (what makes a pool wait an outage)."""
+        try:
+            conn = self._connect(dsn)
+        except BaseException:
+            with self._lock:
+                self._connect_failed_at = time.monotonic()
+            raise
+        with self._lock:
+            self._connect_ok_at = time.monotonic()
+        return conn
 
     def checkin(self, conn: psycopg.Connection, *, broken: bool = False) -> None:
         """Give ``conn`` back (closed first when ``broken``: the pool then replaces it)."""
@@ -445,8 +531,12 @@ class DatabaseHealth:
         if pool is not None:
             raw = pool.get_stats()
             stats = {"size": self.limits.pool_size, "open": raw.get("pool_size", 0),
-                     "idle": raw.get("pool_available", 0), "waiting": raw.get("requests_waiting", 0)}
+                     "idle": raw.get("pool_available", 0)}
         with self._lock:
+            now = time.monotonic()
+            stats.update(waiting=len(self._pool_waiters),
+                         longest_wait=round(now - min(self._pool_waiters.values()), 1) if self._pool_waiters else 0.0,
+                         waits=self._pool_waits, wait_seconds=round(self._pool_wait_seconds, 1))
             down = time.monotonic() - self._down_since if self._down_since is not None else 0.0
             return HealthStatistics(self._down_since is None and self._answering, self._outages, down, self._reconnects,
                                     self._last_error, self._gave_up, self._retrying, stats,

@@ -86,7 +86,7 @@ def role_problem(conn: psycopg.Connection) -> str | None:
     shown = powers[0] if powers[0].startswith("can") else f"is {powers[0]}"
     more = f" (and {len(powers) - 1} more)" if len(powers) > 1 else ""
     return (f"refusing to run: role {login} {shown}{more}, so it may run programs or read and write files on the "
-            "server; use a read-only role for sql (README: a read-only role for sql)")
+            "server; use a read-only role for sql (docs/operations/reader-role.md)")
 
 
 def bound_session(conn: psycopg.Connection, timeout: float) -> None:

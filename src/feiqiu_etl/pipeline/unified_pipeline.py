@@ -603,12 +603,12 @@ def _short_gil_switch() -> Iterator[None]:
                 sys.setswitchinterval(_switch_saved)
 
 
-_SECRET_KEYS = ("token", "authorization", "password", "secret")
-
-
 def safe_params(params: dict) -> dict:
-    """``params`` with the values of secret-looking keys (token, password, …) replaced by ``***``."""
-    return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else v) for k, v in (params or {}).items()}
+    """``params`` with the values of secret-looking keys (token, password, sig, …) replaced by ``***``
+    (:func:`feiqiu_etl.textsafe.redact_mapping`: the one redaction rule, issue 28 item 5)."""
+    from feiqiu_etl.textsafe import redact_mapping
+
+    return redact_mapping(params)
 
 
 def describe_error(exc: BaseException) -> str:

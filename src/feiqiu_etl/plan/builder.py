@@ -17,7 +17,7 @@ from datetime import datetime, time, timedelta, timezone
 from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.connector.windows import (Window, local_now, plan_incremental, recent_and_history, split,
                                           split_back)
-from feiqiu_etl.deadline import Deadline
+from feiqiu_etl.deadline import Deadline, display_zone
 from feiqiu_etl.estimates import Estimate, plan_estimate
 from feiqiu_etl.db.connection import DbLimits
 from feiqiu_etl.pipeline.config import PipelineConfig
@@ -106,7 +106,7 @@ def _with_deadline(inputs: PlanInputs, lane: LaneInput, plan: LanePlan, history:
     if text is None:
         return plan
     deadline = Deadline.parse(text)
-    at = deadline.at(started)
+    at = deadline.at(started, display_zone(lane.settings.display.timezone))  # read in display.timezone (issue 28)
     margins = lane.settings.lane
     documented = {name: c.min_gap for name, c in inputs.connector.api.gap_classes.items()}
     plan = replace(_with_parts(plan, history), deadline=deadline, deadline_at=at,

@@ -23,7 +23,7 @@ from feiqiu_etl.estimates import Estimate
 from feiqiu_etl.pipeline.config import PipelineConfig
 
 if TYPE_CHECKING:
-    from feiqiu_etl.plan.fit import LaneFit
+    from feiqiu_etl.plan.fits import LaneFit
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class LanePlan:
     ``deadline`` (None: none) is when the lane stops sending requests, ``deadline_at`` that instant (aware) for
     this run; ``safe_gaps`` the narrowest gap per class it may narrow to (s, :func:`feiqiu_etl.plan.fit.safe_gaps`);
     ``request_seconds`` how long a request holds the lane besides its gap (s, from history); ``fit`` what fits
-    before the deadline (:class:`~feiqiu_etl.plan.fit.LaneFit`, None without a deadline).
+    before the deadline (:class:`~feiqiu_etl.plan.fits.LaneFit`, None without a deadline).
     """
 
     name: str
@@ -243,12 +243,12 @@ class LanePlan:
                     "summary": self.fit.lines(self.name, self.until()) if self.fit is not None else []}}
 
     def until(self) -> str:
-        """The deadline as a person reads it: ``06:00 (06:00:00)``, ``45m (21:14:07)``."""
-        from feiqiu_etl.deadline import shown
+        """The deadline as a person reads it: ``06:00 (06:00:00 +08:00)``, ``45m (21:14:07 +08:00)``."""
+        from feiqiu_etl.deadline import named
 
         if self.deadline is None or self.deadline_at is None:
             return "-"
-        return f"{self.deadline.text} ({shown(self.deadline_at)})"
+        return named(self.deadline.text, self.deadline_at)
 
 
 @dataclass(frozen=True)

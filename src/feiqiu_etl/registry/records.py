@@ -161,19 +161,20 @@ def get_run(conn: psycopg.Connection, run_id: str, *, with_log: bool = True) -> 
 
 
 def redact_args(params: dict[str, Any]) -> dict[str, Any]:
-    """A command's parameters as they may be stored and shown: the token never (``***``), a DSN without its
-    password (:func:`~feiqiu_etl.db.connection.redact_dsn`), the API base without its secrets
+    """A command's parameters as they may be stored and shown: a secret-named one (the token, ``auth_token`` …:
+    :func:`~feiqiu_etl.textsafe.is_secret_name`) never (``***``), a DSN without its password
+    (:func:`~feiqiu_etl.db.connection.redact_dsn`), the API base and any other URL without its secrets
     (:func:`~feiqiu_etl.textsafe.redact_url`); tuples as lists. Idempotent."""
     from feiqiu_etl.db.connection import redact_dsn
-    from feiqiu_etl.textsafe import redact_url
+    from feiqiu_etl.textsafe import is_secret_name, redact_url
 
     out: dict[str, Any] = {}
     for key, value in params.items():
-        if key == "token":
+        if is_secret_name(key):
             out[key] = "***" if value else None
         elif key == "dsn" and isinstance(value, str) and value:
             out[key] = redact_dsn(value)
-        elif key == "api_base" and isinstance(value, str) and value:
+        elif isinstance(value, str) and "://" in value:
             out[key] = redact_url(value)
         elif isinstance(value, tuple):
             out[key] = list(value)

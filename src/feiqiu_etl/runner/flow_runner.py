@@ -53,6 +53,8 @@ log = logging.getLogger("feiqiu_etl.run")
 SAMPLE_EVERY = 0.5
 END_CONNECT_TIMEOUT = 2.0
 """Seconds the end-of-run database work (the alerts' history, retention) may wait for a connection."""
+END_WORK_BOUND = 30.0
+"""Seconds the end-of-run database work may take on one connection before its socket is shut (issue 28)."""
 """Seconds between the run's samples of the rows written (rows/s, the timeline's series)."""
 
 
@@ -196,8 +198,13 @@ class FlowRunner:
         return self.result
 
     def _end_connect(self, dsn: str) -> psycopg.Connection:
-        """A connection for optional end-of-run work: within :data:`END_CONNECT_TIMEOUT` s, the run's limits."""
-        return db_connect(dsn, connect_timeout=END_CONNECT_TIMEOUT, limits=self.plan.db)
+        """A connection for optional end-of-run work: within :data:`END_CONNECT_TIMEOUT` s, the run's limits, and
+        all its work within :data:`END_WORK_BOUND` s at most (``db.unavailable_limit`` if shorter): a server that
+        stops answering meanwhile costs that, not for ever (:func:`~feiqiu_etl.db.connection.bounded_session`)."""
+        from feiqiu_etl.db.connection import bounded_session
+
+        return bounded_session(db_connect(dsn, connect_timeout=END_CONNECT_TIMEOUT, limits=self.plan.db),
+                               min(END_WORK_BOUND, self.plan.db.unavailable_limit))
 
     def _start_record(self, conn: psycopg.Connection) -> None:
         plan = self.plan
@@ -329,6 +336,7 @@ class FlowRunner:
         """Live status of the run (published about once a second; also drives the progress display). A read:
         it changes nothing, whoever calls it and however often."""
         lanes = tuple(lane.statistics() for lane in self.lanes)
+        pool = self.health.statistics().pool
         return RunStatistics(
             run_id=self.run_id, phase=self._phase, cancelling=self.cancellation.is_cancelled,
             tasks_done=sum(lane.tasks_done for lane in lanes), tasks=self.plan.task_count, lanes=lanes,
@@ -337,7 +345,9 @@ class FlowRunner:
             rows_per_s=round(sum(lane.rows_per_s for lane in lanes), 1),
             requests_sent=sum(lane.requests_sent for lane in lanes),
             requests_remaining=sum(lane.requests_remaining for lane in lanes),
-            eta_s=max((lane.eta_s for lane in lanes), default=0.0))
+            eta_s=max((lane.eta_s for lane in lanes), default=0.0),
+            pool_waiting=pool.get("waiting", 0), pool_wait_s=pool.get("longest_wait", 0.0),
+            pool_in_use=pool.get("open", 0) - pool.get("idle", 0), pool_size=pool.get("size", self.plan.db.pool_size))
 
     def finished_tasks(self) -> list:
         return [t for lane in self.lanes for t in lane.result.tasks if t.skipped is None]

@@ -208,7 +208,7 @@ class LaneRunner:
             self.log.warning("lane %s: %d requests left need %.0f s at the configured gaps, %.0f s are left until "
                              "the deadline %s: narrowing the gaps toward the safe floors (%s; pace %.2f)",
                              self.plan.name, sum(w.requests for w in work), lane_seconds(work, 1.0, overhead), left,
-                             self.plan.deadline, safe, factor, extra={"lane": self.plan.name})
+                             self.plan.until(), safe, factor, extra={"lane": self.plan.name})
         else:
             self.log.debug("lane %s: pace %.2f -> %.2f (%.0f s left)", self.plan.name, old, factor, left)
 
@@ -260,7 +260,7 @@ class LaneRunner:
     def _skip_reason(self, store: _StoreState) -> tuple[str | None, str]:
         if self.cancellation.is_cancelled and self.cancellation.reason == "deadline" \
                 and not self.rt.tasks.cancellation.is_cancelled:
-            return f"deadline {self.plan.deadline} reached: left for the next run", Status.DEADLINE
+            return f"deadline {self.plan.until()} reached: left for the next run", Status.DEADLINE
         if self.cancellation.is_cancelled:
             return "cancelled before start", Status.CANCELLED
         tripped = self.scheduler.tripped

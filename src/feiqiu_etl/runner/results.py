@@ -26,6 +26,7 @@ from typing import Any
 
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.common.status import STATUSES, Status, combine, exit_code, task_status
+from feiqiu_etl.deadline import named
 from feiqiu_etl.pipeline.models import PipelineResult
 from feiqiu_etl.statistics import LaneTotals
 from feiqiu_etl.tasks.ods.task import TaskRun
@@ -169,7 +170,8 @@ class RunResult:
                     return f"store {store.site_id}: {store.reason}"
         if self.status == Status.DEADLINE:
             reached = [lane for lane in self.lanes if (lane.deadline or {}).get("reached")]
-            return "; ".join(f"lane {lane.name}: deadline {lane.deadline['text']} reached, the rest is left for the "
+            return "; ".join(f"lane {lane.name}: deadline {named(lane.deadline['text'], lane.deadline.get('at'))} "
+                             "reached, the rest is left for the "
                              "next run" for lane in reached) or None
         return "cancelled" if self.status == Status.CANCELLED else None
 

@@ -28,12 +28,13 @@ from starlette.staticfiles import StaticFiles
 from feiqiu_etl.app.reads import run_detail
 from feiqiu_etl.db.connection import scrub
 from feiqiu_etl.errortext import one_line
+from feiqiu_etl.numbers import parse_float, parse_int
 from feiqiu_etl import registry
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.web import charts, i18n, ids, overview, queries  # noqa: F401 - ids: the {run_id:run_id} path parameter
 from feiqiu_etl.web.format import ts
 from feiqiu_etl.web.i18n import N_
-from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, client_address, retry_after
+from feiqiu_etl.web.security import SESSION_COOKIE, SESSION_TTL, Throttled, client_address, retry_after
 from feiqiu_etl.web.state import HERE, AppState
 from feiqiu_etl.web.timeline import attempt_counts, timeline_svg
 from feiqiu_etl.common.status import RECORDED, Status
@@ -167,13 +168,14 @@ async def login(request: Request) -> Response:
         return JSONResponse({"error": "cross-site login refused"}, 403)
     form = await request.form()
     address = client_address(request.scope)  # from here to the check: no await (one step, see security)
-    wait = web.security.throttle.wait(address)
-    if wait > 0:
+    try:
+        sid = web.security.login(str(form.get("token") or ""), address)  # the right token first: never locked out
+    except Throttled as throttled:
+        wait = throttled.wait
         response = await show_login(web, request, 429, error=web.gettext(request, N_(
             "Too many failed logins from your address: try again in %(s)s s.")) % {"s": retry_after(wait)})
         response.headers["Retry-After"] = retry_after(wait)
         return response
-    sid = web.security.login(str(form.get("token") or ""), address)
     if sid is None:
         await asyncio.sleep(0.5)  # slows guessing down
         return await show_login(web, request, 401, error=web.gettext(
@@ -469,7 +471,7 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     if raw in (None, ""):
         return default
     try:
-        value = int(raw)
+        value = parse_int(raw, name)  # ASCII digits only (issue 28 item 7)
     except ValueError:
         raise BadRequest(N_("%(name)s must be a whole number, got %(raw)s"), name=name, raw=repr(raw[:40])) from None
     if not low <= value <= high:
@@ -493,10 +495,10 @@ def _hours(request: Request, default: float) -> float:
     if raw in (None, ""):
         return default
     try:
-        value = float(raw)
+        value = parse_float(raw, "hours")  # finite, ASCII digits (issue 28 items 3, 7)
     except ValueError:
         raise BadRequest(N_("hours must be a number, got %(raw)s"), raw=repr(raw[:40])) from None
-    if not 0 < value <= 24 * 365 or value != value:
+    if not 0 < value <= 24 * 365:
         raise BadRequest(N_("hours must be above 0 and at most %(max)s, got %(raw)s"), max=24 * 365, raw=raw[:40])
     return value
 

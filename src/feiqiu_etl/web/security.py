@@ -25,6 +25,15 @@
   too early is not made: it gets 429 with ``Retry-After`` (so concurrent guesses gain nothing: the check and the
   bookkeeping happen in one step of the event loop). A correct token clears the address's failures; other
   addresses are not affected. Requests that carry no token (an open page, a session cookie) are not counted.
+* **Global cap** (issue 28 item 4): at most ``global_per_minute`` (30) wrong tokens are checked per minute in
+  total, over all addresses: many addresses with a few guesses each (200 loopback addresses x 3 guesses once
+  had 600 tokens checked in 0.4 s) get 429 once the minute's budget is spent.
+* **The right token is never locked out** by anyone's failures: every candidate is compared first, in constant
+  time, whatever the throttle says; a correct one logs in (and clears its address), only a wrong one meets the
+  per-address wait and the global cap. So an address shared with an attacker (NAT, a proxy) cannot lock the
+  admin out. The trade-off: a throttled guess still learns "wrong" (429) from "right" (a session); what stops
+  guessing is the token's strength (at least 16 characters, :func:`token_problem`), the throttle bounds the
+  rate, the noise and the work (docs/hardening.md has the figures).
 
 The token is compared in constant time (HMAC digests of equal length) and never stored, logged or echoed;
 sessions live in this process only (a restart logs everyone out).
@@ -33,6 +42,7 @@ sessions live in this process only (a restart logs everyone out).
 from __future__ import annotations
 
 import hashlib
+import collections
 import hmac
 import ipaddress
 import math
@@ -84,6 +94,8 @@ class ThrottleRules:
     lockout: float = 900.0
     forget_after: float = 900.0
     max_addresses: int = 10_000
+    global_per_minute: int = 30
+    """Most wrong tokens checked per minute over all addresses (a sliding minute)."""
 
     def delay(self, failures: int) -> float:
         """Seconds the address must wait after its ``failures``-th failure in a row."""
@@ -103,9 +115,14 @@ class _Failures:
 
 @dataclass(frozen=True)
 class ThrottleStatistics:
+    """``addresses`` with failures, ``locked_addresses``, ``refused`` checks (429), ``globally_refused`` of them
+    by the global cap, ``failures_last_minute`` over all addresses."""
+
     addresses: int
     locked_addresses: int
     refused: int
+    globally_refused: int = 0
+    failures_last_minute: int = 0
 
 
 class LoginThrottle:
@@ -117,23 +134,35 @@ class LoginThrottle:
         self._clock = clock
         self._lock = threading.Lock()
         self._by_address: dict[str, _Failures] = {}
+        self._recent: collections.deque[float] = collections.deque()  # failures of the last minute, all addresses
         self._refused = 0
+        self._globally_refused = 0
 
     def wait(self, address: str, *, count: bool = True) -> float:
-        """Seconds before ``address`` may have a token checked (0: now). A positive answer counts as a refused
-        check unless ``count`` is False."""
+        """Seconds before a wrong token from ``address`` may be checked (0: now): its own wait, or the global
+        cap's. A positive answer counts as a refused check unless ``count`` is False."""
         now = self._clock()
         with self._lock:
+            overall = self._global_wait(now)
+            left = 0.0
             failures = self._by_address.get(address)
-            if failures is None:
-                return 0.0
-            if now >= failures.next_allowed and now - failures.last > self.rules.forget_after:
-                del self._by_address[address]
-                return 0.0
-            left = max(0.0, failures.next_allowed - now)
-            if left > 0 and count:
+            if failures is not None:
+                if now >= failures.next_allowed and now - failures.last > self.rules.forget_after:
+                    del self._by_address[address]
+                else:
+                    left = max(0.0, failures.next_allowed - now)
+            if max(left, overall) > 0 and count:
                 self._refused += 1
-            return left
+                self._globally_refused += 1 if overall > left else 0
+            return max(left, overall)
+
+    def _global_wait(self, now: float) -> float:
+        """Seconds until the global cap takes another wrong token (called under the lock)."""
+        while self._recent and now - self._recent[0] >= 60.0:
+            self._recent.popleft()
+        if len(self._recent) < self.rules.global_per_minute:
+            return 0.0
+        return max(0.001, self._recent[0] + 60.0 - now)
 
     def failed(self, address: str) -> float:
         """Count a failed check of ``address``; returns the seconds it must now wait."""
@@ -146,6 +175,7 @@ class LoginThrottle:
                 failures = self._by_address[address] = _Failures()
             failures.count += 1
             failures.last = now
+            self._recent.append(now)
             wait = self.rules.delay(failures.count)
             failures.next_allowed = now + wait
             return wait
@@ -160,7 +190,9 @@ class LoginThrottle:
         with self._lock:
             locked = sum(1 for f in self._by_address.values()
                          if f.count >= self.rules.lockout_after and f.next_allowed > now)
-            return ThrottleStatistics(len(self._by_address), locked, self._refused)
+            self._global_wait(now)
+            return ThrottleStatistics(len(self._by_address), locked, self._refused, self._globally_refused,
+                                      len(self._recent))
 
     def _forget_oldest(self, now: float) -> None:
         """Make room: addresses free to try again go first, then those that failed longest ago."""
@@ -204,6 +236,8 @@ class SecurityStatistics:
     bearer_refused: int = 0
     throttled: int = 0
     throttled_addresses: int = 0
+    globally_throttled: int = 0
+    failures_last_minute: int = 0
     locked_addresses: int = 0
 
 
@@ -230,6 +264,8 @@ class Security:
         with self._lock:
             return SecurityStatistics(sessions=len(self._sessions), **self._counts, throttled=throttle.refused,
                                       throttled_addresses=throttle.addresses,
+                                      globally_throttled=throttle.globally_refused,
+                                      failures_last_minute=throttle.failures_last_minute,
                                       locked_addresses=throttle.locked_addresses)
 
     def _count(self, what: str) -> None:
@@ -249,8 +285,15 @@ class Security:
 
     def login(self, candidate: str | None, address: str | None = None) -> str | None:
         """A new session id when ``candidate`` is the token, else None. With ``address`` the outcome counts for
-        the throttle (the caller asked :meth:`LoginThrottle.wait` first, in the same step)."""
-        if not self.token_matches(candidate):
+        the throttle (a wrong candidate: the caller asked :meth:`LoginThrottle.wait` first, in the same step).
+        Raises :class:`Throttled` (the seconds to wait) for a wrong candidate that must wait: the token is
+        compared first, so the right one is never refused."""
+        right = self.token_matches(candidate)
+        if address is not None and not right:
+            wait = self.throttle.wait(address)
+            if wait > 0:
+                raise Throttled(wait)
+        if not right:
             self._count("failed_logins")
             if address is not None:
                 self.throttle.failed(address)
@@ -337,16 +380,24 @@ class Security:
         scheme, _, value = auth.partition(" ")
         if scheme.lower() == "bearer":
             address = client_address(scope)
-            if self.throttle.wait(address) > 0:
-                return "throttled", None
-            if self.token_matches(value.strip()):
+            if self.token_matches(value.strip()):  # first, in constant time: the right token is never locked out
                 self.throttle.succeeded(address)
                 return "bearer", None
+            if self.throttle.wait(address) > 0:
+                return "throttled", None
             self.throttle.failed(address)
             self._count("bearer_refused")
         if self.session_valid(sid):
             return "session", sid
         return None, None
+
+
+class Throttled(Exception):
+    """A wrong token that must wait: ``wait`` seconds (the address's or the global cap's)."""
+
+    def __init__(self, wait: float):
+        super().__init__(f"throttled for {wait:.1f} s")
+        self.wait = wait
 
 
 LoginPage = Callable[[Request, int], Awaitable[Response]]

@@ -30,7 +30,7 @@ from feiqiu_etl.web.metrics import MetricsEndpoint
 from feiqiu_etl.web.security import Security
 
 if TYPE_CHECKING:
-    from feiqiu_etl.web.app import WebSettings
+    from feiqiu_etl.web.settings import WebSettings
 
 HERE = Path(__file__).parent
 

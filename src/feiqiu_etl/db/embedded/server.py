@@ -231,6 +231,12 @@ class EmbeddedPostgres:
         try:
             create_database(self.dsn("postgres"), database, connect_timeout=connect_timeout)
         except psycopg.Error as exc:
+            from feiqiu_etl.db.connection import no_answer
+
+            silent = no_answer(exc, connect_timeout)
+            if silent:  # it runs (its pid answers) but says nothing: frozen or overloaded, not a missing database
+                raise EmbeddedServerError(f"embedded {silent} (its server runs but is frozen or overloaded)") \
+                    from None
             raise EmbeddedServerError(f"embedded PostgreSQL: cannot create database {database}: "
                                       f"{one_line(exc, None, with_type=False)}") from None
         return self.dsn(database)

@@ -30,6 +30,17 @@ def strip_nul(value: Any) -> Any:
     return value
 
 
+def count_nul(value: Any) -> int:
+    """NUL characters in every string of ``value`` (keys included)."""
+    if isinstance(value, str):
+        return value.count("\x00")
+    if isinstance(value, dict):
+        return sum(count_nul(k) + count_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(count_nul(v) for v in value)
+    return 0
+
+
 def canonical_json(record: Any) -> str:
     """Canonical JSON text of ``record`` (sorted keys, compact, UTF-8 unescaped, exact integers)."""
     return canonical_bytes(record).decode("utf-8")
@@ -41,11 +52,19 @@ def canonical_row(record: Any) -> tuple[Any, bytes, str]:
     The NUL scan (:func:`strip_nul`) only runs when the canonical text shows a ``\\u0000`` escape. Raises
     ``ValueError`` (non-finite float, lone surrogate), ``TypeError`` or ``RecursionError`` like
     :func:`canonical_json`."""
+    return canonical_row_counted(record)[:3]
+
+
+def canonical_row_counted(record: Any) -> tuple[Any, bytes, str, int]:
+    """:func:`canonical_row` plus the number of NUL characters removed from the record's strings (keys
+    included): text from outside changed, which the task counts and says once (issue 28 item 7)."""
     data = canonical_bytes(record)
+    removed = 0
     if NUL_ESCAPE_BYTES in data:
+        removed = count_nul(record)
         record = strip_nul(record)
         data = canonical_bytes(record)
-    return record, data, hashlib.sha256(data).hexdigest()
+    return record, data, hashlib.sha256(data).hexdigest(), removed
 
 
 def content_hash(record: Any) -> str:

@@ -22,7 +22,7 @@ import orjson
 
 from feiqiu_etl.pipeline.models import PipelineRequest, ProcessOutput, ResponseItem
 from feiqiu_etl.tasks.ods.drift import FieldTracker
-from feiqiu_etl.tasks.ods.hashing import canonical_row, hash_text
+from feiqiu_etl.tasks.ods.hashing import canonical_row_counted, hash_text
 from feiqiu_etl.tasks.ods.reconcile import BLOCKING, END, MORE, REFETCH, Reconciler
 from feiqiu_etl.tasks.ods.rows import DetailDone, OdsRow, TableLayout
 from feiqiu_etl.connector.spec import OdsTaskSpec
@@ -135,6 +135,13 @@ class OdsProcessor:
     totals: PageTotals | None = None  # page 1's total of every listing (live estimate)
     reconciler: Reconciler | None = None  # issue 25: paging follows total, refetch, verdicts
     first_page: int = 1  # the page a refetch starts from
+    nul_removed: int = 0  # NUL characters removed from upstream text (PostgreSQL cannot store them): issue 28
+    _nul_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def note_nul(self, count: int) -> None:
+        """Count ``count`` NUL characters removed from a record (thread-safe: the pipeline's workers share it)."""
+        with self._nul_lock:
+            self.nul_removed += count
 
     def __call__(self, item: ResponseItem) -> ProcessOutput:
         if item.request.is_detail:
@@ -285,7 +292,9 @@ class OdsProcessor:
              window_field: str | None = None) -> OdsRow:
         if not isinstance(record, dict):
             raise ValueError(f"record is not an object: {type(record).__name__}")
-        record, text, digest = canonical_row(record)
+        record, text, digest, removed = canonical_row_counted(record)
+        if removed:
+            self.note_nul(removed)
         keys = tuple([k.convert(record.get(k.field)) for k in layout.keys])
         extra = tuple([k.convert(record.get(k.field)) for k in layout.extra]) if layout.extra else ()
         site = record.get(self.site_field, self.site_id)

@@ -111,6 +111,7 @@ class TaskRun:
     deferred_details: int = 0  # a snapshot's recent part: details recorded as owed for the owed part
     reconcile: dict | None = None  # tasks/ods/reconcile.py: verdict counts, refetches, listings not ok (issue 25)
     deletions: dict | None = None  # tasks/ods/deletions.py: the snapshot's soft delete as the guard decided it
+    nul_removed: int = 0  # NUL characters removed from the upstream's text before storing (issue 28 item 7)
 
     @property
     def status(self) -> str:
@@ -123,7 +124,8 @@ class TaskRun:
             "snapshot_note": self.snapshot_note, "first_load": self.first_load, "owed_details": self.owed_details,
             "details_given_up": self.details_given_up, "skipped": self.skipped, "recheck": self.recheck,
             "schema_drift": self.schema_drift, "deferred_details": self.deferred_details,
-            "reconcile": self.reconcile, "deletions": self.deletions, **self.result.to_dict(),
+            "reconcile": self.reconcile, "deletions": self.deletions, "nul_removed": self.nul_removed,
+            **self.result.to_dict(),
         }
 
     @classmethod
@@ -280,6 +282,10 @@ class BaseOdsTask:
             self.logger.error("counts do not add up: %s", gap)
         for parent in writer.given_up:
             self.logger.warning("owed detail %s given up after %d failed attempts", parent, ctx.detail_max_attempts)
+        if processor.nul_removed:  # text from outside changed: said once per task, with the count
+            self.logger.warning("removed %d NUL character(s) from the upstream's text before storing it (PostgreSQL "
+                                "cannot store them; the stored payload and its hash are without them)",
+                                processor.nul_removed)
         detail_table = spec.detail.target_table if spec.detail else None
         return TaskRun(spec.code, site_id, spec.table, detail_table, result,
                        [(fmt(w.start), fmt(w.end)) for w in self.task.windows], note.get("snapshot"),
@@ -290,7 +296,7 @@ class BaseOdsTask:
                        schema_drift=drift, deferred_details=writer.deferred,
                        reconcile=reconcile.summary(reconciler.recorded, reconciler.refetches,
                                                    ctx.integrity.refetch_listings),
-                       deletions=guard.to_dict() if guard is not None else None)
+                       deletions=guard.to_dict() if guard is not None else None, nul_removed=processor.nul_removed)
 
     def live_estimate(self) -> Estimate:
         """The task's requests as known now (any thread): the plan's estimate until the task starts, then

@@ -15,10 +15,12 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
+from feiqiu_etl.app.run import RunRequest
+from feiqiu_etl.cli.signals import run_with_signals
+from feiqiu_etl.cli.views.console import say
 from feiqiu_etl.connector.windows import fmt
-from feiqiu_etl.runner.launch import execute_flow
 from feiqiu_etl.plan import RunOptions
-from feiqiu_etl.report import say
+from feiqiu_etl.registry import Invocation
 
 DEMO_SETTINGS = {
     "pipeline.rate_min": 0.05,
@@ -61,7 +63,7 @@ def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: di
                   f"({SIM_GAP_STANDARD} s / {SIM_GAP_GROUPBUY} s); the run uses {DEMO_SETTINGS['pipeline.rate_min']}-"
                   f"{DEMO_SETTINGS['pipeline.rate_max']} s gaps (--unsafe-gaps on purpose: never against the real API)", err=True)
         args = {"seed": seed, "scale": scale, "days": days, "load_dwd": load_dwd, "simulator": sim.base_url}
-        result = execute_flow(options, database_name=DEMO_DATABASE, command="demo", args=args)
+        result = run_with_signals(RunRequest(options, Invocation(command="demo", args=args), embedded=DEMO_DATABASE))
         say(lane_report(sim.request_log()), err=True)
     if not quiet and not dsn:
         say(f"data: embedded database {DEMO_DATABASE}; look with feiqiu-etl sql --demo "
