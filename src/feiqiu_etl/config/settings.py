@@ -399,7 +399,9 @@ def load_settings(*, connector: Any = None, environ: Mapping[str, str] | None = 
               read_layer(Source.FLEET, {"api_base": fleet_base} if fleet_base else {}, tasks, named=True)]
     if connector is not None:
         defaults = {f"pipeline.{t.code.lower()}.{k}": v for t in connector.tasks for k, v in t.pipeline.items()}
-        integrity = {f"integrity.{k}": v for k, v in connector.model.integrity.model_dump().items()}
+        model = getattr(connector, "model", None)  # a connector without its YAML model (tests): no integrity data
+        integrity = ({f"integrity.{k}": v for k, v in model.integrity.model_dump().items()}
+                     if model is not None else {})
         layers.append(read_layer(Source.CONNECTOR, {"api.timeout": connector.api.timeout_seconds, **integrity,
                                                     **defaults}, tasks))
     return _build(tuple(layers), tasks)
