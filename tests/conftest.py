@@ -26,6 +26,12 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 (execnet sets them), which every CLI process a test
+# starts would inherit: a piped command would wrap its messages as on an 80-column terminal. The tests meet
+# the commands as a script does (piped, no COLUMNS); a test that wants a width passes COLUMNS itself.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cwd(tmp_path, monkeypatch):

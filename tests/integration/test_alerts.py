@@ -152,7 +152,7 @@ def test_freshness_judges_only_scheduled_tasks_and_passes_after_a_fresh_run(pg_d
     from starlette.testclient import TestClient
 
     from feiqiu_etl.connector import load_connector
-    from feiqiu_etl.registry.freshness import schedule_from_fleet
+    from feiqiu_etl.plan.fleet import schedule_from_fleet
     from feiqiu_etl.web import WebSettings, create_app
 
     site = 8640015201004417

@@ -99,7 +99,7 @@ def test_unauthorised_store_fails_only_that_store(pg_dsn):
     (["--set", "pipeline.workers=0"], "workers"),
     (["--set", "pipeline.wrokers=2"], "unknown configuration key"),
     (["--tasks", "ODS_NOPE"], "unknown task"),
-    (["--window-start", "2024-13-01 00:00:00", "--window-end", "2024-03-02 00:00:00"], "bad window"),
+    (["--window-start", "2024-13-01 00:00:00", "--window-end", "2024-03-02 00:00:00"], "--window-start: month 13 is not 01..12"),
     (["--window-start", "2024-03-01 00:00:00"], "go together"),
     (["--connector", "/nonexistent.yaml"], "cannot read connector"),
     (["--site-id", "abc"], "--site-id"),

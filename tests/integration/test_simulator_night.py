@@ -78,7 +78,7 @@ def test_a_night_later_the_warehouse_equals_the_simulator(pg_dsn):
 
 def test_now_is_checked_before_anything_starts(pg_dsn):
     with Simulator(sim_config()) as sim:
-        for bad, message in (("2024-13-01 00:00:00", "--now: expected"), ("2999-01-01 00:00:00", "the current time")):
+        for bad, message in (("2024-13-01 00:00:00", "--now: month 13 is not 01..12"), ("2999-01-01 00:00:00", "the current time")):
             done = subprocess.run(run_args(sim, pg_dsn, "--now", bad, window=False), env=env_for(sim.config.token),
                                   capture_output=True, text=True, timeout=60)
             assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1

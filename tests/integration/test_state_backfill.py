@@ -191,7 +191,7 @@ BAD_RESET = [
     (["--task", "ODS_PAYMENT", "--yes"], "needs --store"),
     (["--store", "{site}", "--task", "ODS_PAYMENT", "--from", "2024-03-02", "--to", "2024-03-01", "--yes"],
      "--from 2024-03-02 is after --to 2024-03-01"),
-    (["--store", "{site}", "--task", "ODS_PAYMENT", "--from", "2024-02-30", "--yes"], "--from: expected a date"),
+    (["--store", "{site}", "--task", "ODS_PAYMENT", "--from", "2024-02-30", "--yes"], "--from: day 30 is not in 2024-02 (01..29)"),
     (["--store", "{site}", "--task", "ODS_MEMBER", "--to", "2024-03-01", "--yes"], "snapshot task"),
     (["--store", "{site}", "--task", "ODS_PAYMENT"], "pass --yes"),  # no terminal to confirm on
     (["--store", "{site}", "--task", "ODS_PAYMENT", "--to", "9999-12-31", "--yes"],

@@ -62,7 +62,7 @@ def test_nothing_configured_is_no_alerts(tmp_path):
     (f"alerts:\n  targets: [{{name: ops, url_env: 'json://h/{SECRET}'}}]", {}, "alerts.targets[0] (ops).url_env: "
                                                                               "must be the NAME"),
     ("alerts:\n  targets: [{name: ops, url_env: FQ_X}]", {"FQ_X": f"nosuch://{SECRET}"}, "FQ_X is not a nosuch:// URL"),
-    ("alerts:\n  targets: [{name: ops, url_env: FQ_X, url: x}]", {"FQ_X": "json://h"}, "url: Extra inputs"),
+    ("alerts:\n  targets: [{name: ops, url_env: FQ_X, url: x}]", {"FQ_X": "json://h"}, "url: unknown key"),
     ("alerts:\n  language: fr", {}, "alerts.language"),
     ("alerts:\n  rules: {failled: true}", {}, "alerts.rules.failled"),
     ("alerts:\n  rules: {stale_hours: -1}", {}, "alerts.rules.stale_hours"),

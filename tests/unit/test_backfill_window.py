@@ -23,7 +23,7 @@ def test_days_are_whole_and_the_last_is_included():
 
 @pytest.mark.parametrize("first, last, message", [
     ("2024-03-02", "2024-03-01", "--from 2024-03-02 is after --to 2024-03-01"),
-    ("2023-02-29", None, "--from: expected a date YYYY-MM-DD, got '2023-02-29'"),
+    ("2023-02-29", None, "--from: day 29 is not in 2023-02 (01..28), in '2023-02-29'"),
     (None, "2024-03-01 12:00:00", "--to: expected a date"),
     ("1999-12-31", None, "--from: 1999-12-31 is before 2000-01-01"),
     ("2024-03-01", "9999-12-31", "--to: 9999-12-31 is after 2099-12-31"),  # + 1 day overflowed (OverflowError)

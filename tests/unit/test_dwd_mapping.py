@@ -104,7 +104,7 @@ def _dim_col(i, **kw):
                                                       "field": "sk"}), d["dimensions"][0]["type1"].append("dim_x_sk")),
      "dimensions[0] (dwd.dim_x): column name 'dim_x_sk' is reserved for the surrogate key"),
     (_dim_col(1, field="a..b"), "columns[1] (name).field: String should match pattern"),
-    (_dim_col(1, colour="red"), "columns[1] (name).colour: Extra inputs are not permitted"),
+    (_dim_col(1, colour="red"), "columns[1] (name).colour: unknown key"),
     (lambda d: d["dimensions"][0].update(tracked=["name", "seen"], type1=[]),
      "dimensions[0] (dwd.dim_x): timestamptz column(s) seen cannot be tracked (warehouse-model §4.1)"),
     (lambda d: d["dimensions"][0].update(type1=[]), "dimensions[0] (dwd.dim_x): column(s) seen are neither"),

@@ -9,7 +9,8 @@ import pytest
 
 from feiqiu_etl.connector import load_connector
 from feiqiu_etl.plan.fleet import FleetError
-from feiqiu_etl.registry.freshness import Schedule, judge, schedule_from_fleet
+from feiqiu_etl.plan.fleet import schedule_from_fleet
+from feiqiu_etl.registry.freshness import Schedule, judge
 
 CODES = [t.code for t in load_connector().tasks]
 SOUTH = (8640015201004421, 8640015201004422)

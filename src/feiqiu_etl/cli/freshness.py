@@ -34,7 +34,7 @@ def schedule_for(fleet_path: str | None, connector, site_ids: list[int] | None =
     if not fleet_path:
         return Schedule.everything(codes)
     from feiqiu_etl.plan.fleet import FleetError
-    from feiqiu_etl.registry.freshness import schedule_from_fleet
+    from feiqiu_etl.plan.fleet import schedule_from_fleet
 
     try:
         return schedule_from_fleet(fleet_path, codes)

@@ -148,7 +148,8 @@ def _render(data: dict[str, Any]) -> None:
     the high-water mark is the end of the last finished range; ``horizon`` is a windowed task's horizon (the window
     zone), ``snapshot`` a snapshot task's last snapshot (the display zone, named in its header): one zone per
     column; ``holes`` only when some task has one. When a store's table is still
-    too wide, each task is a block of lines instead."""
+    too wide, each task is a block of lines instead: the task and its first finished range, the other ranges and
+    holes under it, then its horizon, snapshot and owed details."""
     from feiqiu_etl.cli.views.console import fits, fitted, header_zone, stdout_console
 
     console = stdout_console()
@@ -177,12 +178,15 @@ def _render(data: dict[str, Any]) -> None:
         if fits(table, console.width):
             console.print(table)
             continue
-        for row in rows:  # too wide: one block per task, every value whole
-            console.print(f"{row['task']}  horizon {row['horizon']}  {snap} {row[snap]}  owed {row['owed']}")
-            for col in ("finished", "holes"):
-                if col in columns:
-                    for n, line in enumerate(row[col].plain.splitlines()):
-                        console.print(f"  {col if n == 0 else '':<9} {line}")
+        for row in rows:  # too wide: one block per task, every value whole, the first finished range beside it
+            finished = row["finished"].plain.splitlines() or ["-"]
+            console.print(f"{row['task']}  {finished[0]}")
+            for line in finished[1:]:
+                console.print(f"  {'':<9} {line}")
+            if "holes" in columns:
+                for n, line in enumerate(row["holes"].plain.splitlines()):
+                    console.print(f"  {'holes' if n == 0 else '':<9} {line}")
+            console.print(f"  horizon {row['horizon']}  {snap} {row[snap]}  owed {row['owed']}")
     for t in data["tasks"]:  # why a hole is one (issue 25: a listing that stayed short)
         for h in t["holes"]:
             if h.get("reason"):

@@ -9,6 +9,7 @@ database starts, so a port in use is a one-line error too. Ctrl-C or SIGTERM sto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 
@@ -69,8 +70,8 @@ def web(host, port, auth_token, stale_hours, connector_path, fleet_path, reader_
     schedule = schedule_for(fleet_path, connector)
     sock = listen(host, port)
     try:
-        _serve(sock, host, config, stale_hours, connector, demo, verbose,
-               {"schedule": schedule, "store_names": _store_names(fleet_path)}, reader_dsn)
+        _serve(sock, config, _Page(host=host, stale_hours=stale_hours, connector=connector, schedule=schedule,
+                                   store_names=_store_names(fleet_path), reader_dsn=reader_dsn), demo, verbose)
     finally:
         sock.close()
 
@@ -85,13 +86,25 @@ def _store_names(fleet_path: str | None) -> dict[int, str]:
     return {s.site_id: s.name for lane in load_fleet(fleet_path).lanes for s in lane.stores if s.name}
 
 
-def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector, demo: bool, verbose: int,
-           fleet: dict | None = None, reader_dsn: str | None = None) -> None:
-    """Serve on ``sock`` with the command's :class:`~feiqiu_etl.config.Settings` ``config`` (web token, DSN,
-    run and database timeouts, web language) and what the fleet file says (``fleet``: the freshness
-    ``schedule`` and the ``store_names``) until a signal stops it; the pages read as ``reader_dsn``'s role or one
-    made for the server (:mod:`feiqiu_etl.web.reader`)."""
-    fleet = fleet or {}
+@dataclasses.dataclass(frozen=True)
+class _Page:
+    """What the command's options say the page serves: the bound ``host``, the freshness threshold
+    ``stale_hours`` (hours), the ``connector``, what the fleet file says (the freshness ``schedule``, or None
+    for every task, and the ``store_names``) and the ``reader_dsn`` to read as (None: a role made for it)."""
+
+    host: str
+    stale_hours: float
+    connector: object
+    schedule: object = None
+    store_names: dict = dataclasses.field(default_factory=dict)
+    reader_dsn: str | None = None
+
+
+def _serve(sock: socket.socket, config, page: _Page, demo: bool, verbose: int) -> None:
+    """Serve ``page`` on ``sock`` with the command's :class:`~feiqiu_etl.config.Settings` ``config`` (web token,
+    DSN, run and database timeouts, web language) until a signal stops it; the pages read as
+    ``page.reader_dsn``'s role or one made for the server (:mod:`feiqiu_etl.web.reader`)."""
+    host, stale_hours, connector, reader_dsn = page.host, page.stale_hours, page.connector, page.reader_dsn
     import psycopg
 
     from feiqiu_etl.config.settings import reveal
@@ -112,11 +125,11 @@ def _serve(sock: socket.socket, host: str, config, stale_hours: float, connector
             with web_reader(real_dsn, reader_dsn, connect_timeout=config.db.connect_timeout) as read_dsn:
                 settings = WebSettings(
                     dsn=real_dsn, reader_dsn=read_dsn, token=token, host=host, connector=connector.name,
-                    task_codes=tuple(t.code for t in connector.tasks), schedule=fleet.get("schedule"),
+                    task_codes=tuple(t.code for t in connector.tasks), schedule=page.schedule,
                     stale_hours=stale_hours, run_stale_after=config.run.stale_after,
                     connect_timeout=config.db.connect_timeout, language=config.web.language,
                     task_names={t.code: dict(t.names) for t in connector.tasks},
-                    store_names=fleet.get("store_names") or {})
+                    store_names=page.store_names)
                 _run_server(sock, settings, verbose, real_dsn)
         except ReaderProblem as exc:
             raise UsageFailure(str(exc)) from None

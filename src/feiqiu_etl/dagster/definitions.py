@@ -32,7 +32,8 @@ from feiqiu_etl.dagster.outcome import judge_dwd, judge_ods
 from feiqiu_etl.dagster.step import check_result, materialize_result, run_in_step, warehouse, warn_unlimited_pool
 from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
-from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule, schedule_from_fleet
+from feiqiu_etl.plan.fleet import schedule_from_fleet
+from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
 
 DEFAULT_CRON = "0 3 * * *"
 DEFAULT_FRESHNESS_CRON = "15 * * * *"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from pydantic import Field, field_validator, model_validator
 
@@ -140,3 +140,24 @@ def resolve_tokens(fleet: FleetModel, environ: Mapping[str, str], path: str | Pa
                              f"{lane.token_env} is not set")
         out[lane.name] = token
     return out
+
+
+def schedule_from_fleet(path: str | Path, task_codes: Iterable[str]) -> "Schedule":
+    """The :class:`Schedule` of a fleet file: each lane's stores with the lane's ``tasks:`` (upper-cased), or
+    ``task_codes`` (the connector's) when it names none. Raises :class:`FleetError`
+    (one line) for a missing or invalid file, or a task the connector does not have."""
+    from feiqiu_etl.registry.freshness import Schedule
+
+    fleet = load_fleet(path)
+    codes = tuple(task_codes)
+    known = set(codes)
+    by: dict[int, tuple[str, ...]] = {}
+    for i, lane in enumerate(fleet.lanes):
+        tasks = tuple(t.strip().upper() for t in lane.tasks) if lane.tasks else codes
+        unknown = [t for t in tasks if t not in known]
+        if unknown:
+            raise FleetError(f"{path}: lanes[{i}] ({lane.name}).tasks: unknown task {unknown[0]} "
+                             "(feiqiu-etl tasks lists them)")
+        for store in lane.stores:
+            by[store.site_id] = tasks
+    return Schedule(by_store=by, source=str(path))

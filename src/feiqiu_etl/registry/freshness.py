@@ -15,7 +15,6 @@ store is not scheduled for is never reported, so a lane that runs three tasks sh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import psycopg
@@ -61,27 +60,6 @@ class Schedule:
             if code not in by.setdefault(int(site), []):
                 by[int(site)].append(code)
         return cls(by_store={s: tuple(c) for s, c in by.items()}, source=source)
-
-
-def schedule_from_fleet(path: str | Path, task_codes: Iterable[str]) -> Schedule:
-    """The :class:`Schedule` of a fleet file: each lane's stores with the lane's ``tasks:`` (upper-cased), or
-    ``task_codes`` (the connector's) when it names none. Raises :class:`~feiqiu_etl.plan.fleet.FleetError`
-    (one line) for a missing or invalid file, or a task the connector does not have."""
-    from feiqiu_etl.plan.fleet import FleetError, load_fleet
-
-    fleet = load_fleet(path)
-    codes = tuple(task_codes)
-    known = set(codes)
-    by: dict[int, tuple[str, ...]] = {}
-    for i, lane in enumerate(fleet.lanes):
-        tasks = tuple(t.strip().upper() for t in lane.tasks) if lane.tasks else codes
-        unknown = [t for t in tasks if t not in known]
-        if unknown:
-            raise FleetError(f"{path}: lanes[{i}] ({lane.name}).tasks: unknown task {unknown[0]} "
-                             "(feiqiu-etl tasks lists them)")
-        for store in lane.stores:
-            by[store.site_id] = tasks
-    return Schedule(by_store=by, source=str(path))
 
 
 def freshness_rows(conn: psycopg.Connection, connector: str, schedule: Schedule,

@@ -58,7 +58,8 @@ def status_payload(conn: psycopg.Connection) -> dict[str, Any]:
     and heartbeat ages) and ``finished`` (runs ended in the last 10 minutes)."""
     now = conn.execute("SELECT now()").fetchone()[0]
     conn.commit()
-    return {"now": now, "running": registry.running(conn), "finished": recent_finished(conn)}
+    running = [run.to_dict() for run in registry.running(conn)]  # the feed's change key reads them as rows
+    return {"now": now, "running": running, "finished": recent_finished(conn)}
 
 
 def freshness_report(conn: psycopg.Connection, settings: Any, hours: float) -> dict[str, Any]:
