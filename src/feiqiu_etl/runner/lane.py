@@ -377,17 +377,37 @@ class LaneRunner:
 
     def _rerank(self) -> None:
         """Rank the stores again by what is left of them (the running tasks' pages told their size): stalest first,
-        then the least work left — so at any cut-off as many stores as possible are whole (issue 30)."""
+        then the least work left — so at any cut-off as many stores as possible are whole (issue 30). A store whose
+        size nobody knows yet (no history, and none of its lists has told its total) counts as having no work left
+        until its first page tells: one request of each new store before the lane commits to the biggest one, so a
+        small new store is not stuck behind a big one whose size only the contract's lower bound guessed."""
         if self._started is None or self._finished is not None:
             return
-        work, _ = self._remaining_work()
+        states = self._states()
+        work, _ = self._remaining_work(states)
         left: dict[int, int] = {s.plan.site_id: 0 for s in self._stores}
         for w in work:
             left[w.site_id] = left.get(w.site_id, 0) + w.requests
+        for site in self._unsized(states):
+            left[site] = 0
         order = sorted(left, key=lambda site: self.plan.store_key(site, left[site]))
         if order != self._order:
             self._order = order
             self.scheduler.rank(order)
+
+    @staticmethod
+    def _unsized(states: list) -> list[int]:
+        """Site ids of the open stores planned from the contract alone (``basis`` ``contract``) that have not told
+        their size yet: none of their contract-planned lists finished or showed its first page."""
+        out = []
+        for store, cur, finished, closed in states:
+            if closed or not any(t.estimate.basis == "contract" for _, t in store.schedule[len(finished):]):
+                continue
+            st = cur.statistics() if cur is not None else None
+            running = st if st is not None and st.state != "starting" else None
+            if _contract_scale(store.schedule, finished, cur.task if cur is not None else None, running) is None:
+                out.append(store.plan.site_id)
+        return out
 
     def stalled_for(self, now: float | None = None) -> float | None:
         """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
