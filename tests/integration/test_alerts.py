@@ -29,8 +29,8 @@ def _epoch(iso: str) -> float:
 
 def _alerts_file(tmp_path: Path, *targets: str, **settings) -> str:
     """An alerts file with ``targets`` (names; their URLs in FQ_ALERT_<NAME>) and ``settings`` (YAML text)."""
-    lines = ["alerts:", "  language: en", "  web_url: http://etl-host:8080"]
-    lines += [f"  {k}: {v}" for k, v in settings.items()]
+    settings = {"language": "en", "web_url": "http://etl-host:8080", **settings}  # a key once (YAML refuses twice)
+    lines = ["alerts:"] + [f"  {k}: {v}" for k, v in settings.items()]
     lines += ["  targets:"] + [f"    - {{name: {t}, url_env: FQ_ALERT_{t.upper()}}}" for t in targets]
     path = tmp_path / "alerts.yaml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -172,6 +172,44 @@ def test_a_day_that_answers_zero_against_its_median_is_fetched_again_and_alerted
         assert list_requests(sim, TABLE_USE) == 1 and verdicts(pg_dsn, believed.run_id)[TABLE_USE][0] == "ok"
 
 
+def test_a_nightly_window_of_no_whole_day_that_answers_zero_is_judged_against_the_same_window_weeks_back(pg_dsn):
+    """Adversarial trial: a nightly window from yesterday's high-water mark to now covers no whole day; it
+    answered 0 rows, got ``ok`` and lost its rows. Judged against the same clock window 1..4 weeks back."""
+    days = 22
+    with Simulator(sim_config(seed=5, days=days)) as sim:
+        history = run_flow(sim, pg_dsn, tasks=[TABLE_USE], window_start=_day(ANCHOR - timedelta(days=days)),
+                           window_end=_day(ANCHOR - timedelta(days=1, hours=-1)))
+        assert history.status == "SUCCESS"
+        night = dict(window_start=_day(ANCHOR - timedelta(days=1, hours=-1)), window_end=_day(ANCHOR))  # 23 h
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=2, day=night["window_start"][:10])
+        sim.clear_log()
+        zero = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **night)
+        assert list_requests(sim, TABLE_USE) == 2  # fetched once more
+        with psycopg.connect(pg_dsn) as conn:
+            verdict, expected, reason = conn.execute(
+                "SELECT verdict, expected_rows, reason FROM etl_meta.listing_reconcile WHERE run_id = %s",
+                (zero.run_id,)).fetchone()
+        assert verdict == "unexpected_zero" and expected >= 10 and "also after a refetch" in reason, reason
+        assert zero.status == "SUCCESS"  # alerted, not blocked, as a whole day (issue 25 part 5)
+        # a one-off zero on such a window: the refetch answers its rows, exact
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=1, day=night["window_start"][:10])
+        once = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **night)
+        assert once.status == "SUCCESS" and verdicts(pg_dsn, once.run_id)[TABLE_USE][0] == "refetched"
+        expected_now = expected_rows(sim, CONNECTOR.task(TABLE_USE), SITE, (night["window_start"], night["window_end"]))
+        assert expected_now and _ods_in(pg_dsn, night) == {key[1] for key in expected_now}
+
+
+def _ods_in(dsn: str, window: dict) -> set:
+    spec = CONNECTOR.task(TABLE_USE)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            f"SELECT {spec.keys[0].column} FROM {spec.table} WHERE NOT is_deleted AND {spec.window_column} >= "
+            "(%s::timestamp AT TIME ZONE 'Asia/Shanghai') AND "
+            f"{spec.window_column} < (%s::timestamp AT TIME ZONE 'Asia/Shanghai')",
+            (window["window_start"], window["window_end"])).fetchall()
+    return {r[0] for r in rows}
+
+
 def _day(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S")
 

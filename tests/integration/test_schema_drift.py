@@ -99,3 +99,22 @@ def test_a_lost_field_is_reported_and_its_parents_fetch_their_details(pg_dsn):
         # a lost field is a real change of every parent: their details are fetched again
         assert second.result.detail_success == _parents(pg_dsn) > 0
         assert "/api/settlement/detail" in _paths(sim)
+
+
+def test_a_field_name_with_a_nul_is_recorded_as_stored_and_drift_keeps_working(pg_dsn, caplog):
+    """Adversarial trial: an upstream field name holding ``\\u0000`` made recording the schema drift fail for the
+    task on every run (PostgreSQL text cannot hold NUL). It is recorded as the payload stores it: without NUL."""
+    with Simulator(sim_config(seed=5)) as sim:
+        _run(sim, pg_dsn)
+        sim.add_field("odd\x00Name", 1)
+        with caplog.at_level(logging.WARNING):
+            _, second = _run(sim, pg_dsn)
+        assert not [r for r in caplog.records if "not recorded" in r.getMessage()]
+        assert [d["new_fields"] for d in second.schema_drift] == [["oddName"]]
+        with psycopg.connect(pg_dsn) as conn:
+            fields = {r[0] for r in conn.execute("SELECT field FROM etl_meta.ods_field WHERE task_code = %s",
+                                                 (TASK,)).fetchall()}
+            stored = conn.execute("SELECT count(*) FROM ods.settlement WHERE payload ? 'oddName'").fetchone()[0]
+        assert "oddName" in fields and stored == _parents(pg_dsn)
+        _, third = _run(sim, pg_dsn)  # the next run sees no drift: the field is known as stored
+        assert third.schema_drift == []

@@ -261,6 +261,10 @@ def test_reset_is_refused_with_the_busy_code_while_a_run_holds_the_stores_lane(s
         assert busy.returncode == 6, busy.stderr
         line = one_line_error(busy)
         assert f"store {site}" in line and run["run_id"] in line and "nothing was reset" in line
+        accept = _cli(pg_dsn, "state", "accept-deletions", "--store", str(site), "--task", "ODS_GOODS")
+        assert accept.returncode == 6, accept.stderr  # the same guard, saying what did not happen
+        line = one_line_error(accept)
+        assert run["run_id"] in line and "nothing was accepted" in line and "reset" not in line, line
     finally:
         if run is not None:
             cli("cancel", run["run_id"], "--dsn", pg_dsn)

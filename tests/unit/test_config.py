@@ -204,3 +204,36 @@ def test_an_invalid_yaml_error_says_where_but_never_quotes_the_file():
         for text in ("*:*:*:postgres:QcR6UyOdB1UZN_leU\n", "a: 1\nb: [unclosed SECRETLINE_xyz\n"):
             message = check(Path(d), text)
             assert "invalid YAML at line" in message and "QcR6" not in message and "SECRETLINE" not in message
+
+
+def test_a_key_twice_in_one_mapping_of_a_definition_file_is_one_line_naming_it_and_where(tmp_path):
+    """Adversarial trial: PyYAML keeps the last of two equal keys silently (a lane's second ``stores:`` dropped
+    the first list). Every definition file (connector, mapping, fleet, alerts) is read by one loader that refuses it."""
+    from feiqiu_etl.common.yamldoc import read_yaml
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text("lanes:\n  - name: a\n    token_env: FQ_A\n    stores: [{site_id: 1}]\n"
+                    "    stores: [{site_id: 2}]\n", encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        read_yaml(path, ValueError, "fleet file")
+    assert str(err.value) == f"{path}: invalid YAML at line 5, column 5: key stores appears twice in one mapping"
+    path.write_text("a: 1\nb: {a: 1}\n", encoding="utf-8")  # the same key in two mappings is fine
+    assert read_yaml(path, ValueError, "fleet file") == {"a": 1, "b": {"a": 1}}
+
+
+def test_a_dotenv_name_one_slip_from_ours_is_warned_about_and_another_name_is_not(caplog):
+    """Adversarial trial: ``FEIQIU_API_TOKN`` or ``ETL_DB_DNS`` in a ``.env`` was ignored without a word (no
+    setting reads them). Not an error — a fleet's ``token_env`` may be any name — but one warning line."""
+    import logging
+
+    names = {"FEIQIU_API_TOKN": "x", "ETL_DB_DNS": "postgresql://h/db", "FQ_NORTH": "y",
+             "FEIQIU_NORTH_TOKEN": "z"}
+    with caplog.at_level(logging.WARNING):
+        load_settings(environ=names, dotenv=DotEnv(frozenset(names), frozenset(names)))
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert warned == ["ETL_DB_DNS in .env is read by nothing (did you mean ETL_DB_DSN?)",
+                      "FEIQIU_API_TOKN in .env is read by nothing (did you mean FEIQIU_API_TOKEN?)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # the same names in the real environment: other software's
+        load_settings(environ=names, dotenv=DotEnv())
+    assert caplog.records == []

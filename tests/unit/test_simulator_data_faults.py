@@ -108,3 +108,16 @@ def test_simulate_refuses_a_bad_fault_in_one_line_before_it_listens():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown fault kind 'bogus'" in proc.stderr
+
+
+@pytest.mark.parametrize("body, wrong", [({"kind": "zero_day", "day": "2024-02-30"}, "day: expected a date"),
+                                         ({"kind": "zero_day", "day": "2024/03/01"}, "day: expected a date"),
+                                         ({"kind": "short_page", "path": "/api/setlement/list"}, "unknown path"),
+                                         ({"kind": "http500", "path": "api/member/list"}, "unknown path")])
+def test_a_fault_on_no_real_day_or_on_a_path_nobody_asks_for_is_refused(sim, body, wrong):
+    """Adversarial trial: ``zero_day`` took any 10 characters as its day, and a fault on a misspelt path was
+    queued and never struck (a test or benchmark that meant it measured a clean upstream)."""
+    before = sim.faults.pending()
+    answer = httpx.post(sim.base_url + "/__sim/faults", json=body, headers=AUTH, timeout=10).json()
+    assert answer["code"] == 40001 and wrong in answer["msg"], answer
+    assert sim.faults.pending() == before  # nothing queued

@@ -16,7 +16,7 @@ from feiqiu_etl.textsafe import escape, terminal_json
 
 @click.group()
 def alerts() -> None:
-    """Alerts: check where they go (README "Alerts")."""
+    """Alerts: check where they go (docs/guides/alerts.md)."""
 
 
 @alerts.command("test")

@@ -22,6 +22,9 @@ class FloatRange(click.FloatRange):
             self.fail(str(exc), param, ctx)
         return super().convert(value, param, ctx)
 
+    def _describe_range(self) -> str:
+        return _unbounded_is_silent(self)
+
 
 class IntRange(click.IntRange):
     """``click.IntRange`` that refuses non-ASCII digits (``int("１２")`` is 12 in Python)."""
@@ -34,6 +37,17 @@ class IntRange(click.IntRange):
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         return super().convert(value, param, ctx)
+
+    def _describe_range(self) -> str:
+        return _unbounded_is_silent(self)
+
+
+def _unbounded_is_silent(kind: click.types._NumberRangeBase) -> str:
+    """click's range for ``--help`` (``x>=1``), or nothing for a range without bounds (click prints
+    ``x<=None`` for one)."""
+    if kind.min is None and kind.max is None:
+        return ""
+    return click.types._NumberRangeBase._describe_range(kind)
 
 
 FLOAT = FloatRange()

@@ -332,7 +332,8 @@ def accept_deletions(store_text, task_code, connector_path, dsn, demo, as_json, 
         try:
             done = deletions.accept(conn, layouts_for(spec)[spec.table], connector=connector.name, task=spec.code,
                                     site_id=site_id, user=bookkeeping.os_user(),
-                                    hold_store=bookkeeping.hold_store, timeout=timeout)
+                                    hold_store=lambda c, site: bookkeeping.hold_store(c, site, "accepted"),
+                                    timeout=timeout)
         except bookkeeping.StoreBusy as exc:
             raise StoreBusyFailure(str(exc)) from None
     if as_json:

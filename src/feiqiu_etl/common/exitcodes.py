@@ -1,4 +1,5 @@
-"""Exit codes of every command (README lists every cause of each)."""
+"""Exit codes of every command (docs/reference/exit-codes.md lists them, docs/operations/troubleshooting.md
+gives every cause of each)."""
 
 SUCCESS = 0
 USAGE = 2            # a usage or configuration error, reported in one line before any request

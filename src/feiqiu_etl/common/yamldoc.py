@@ -22,6 +22,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a mapping with a key twice (PyYAML keeps the last one silently: a
+    fleet file with two ``stores:`` under one lane would drop the first list without a word)."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: D102 - PyYAML's hook
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {_shown_key(key)} appears twice in one mapping", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 MAX_YAML_BYTES = 4 * 2**20
 """Largest YAML file read (bytes): a connector, mapping or fleet file is kilobytes; a bigger one is a mistake
 and parsing it would take minutes and gigabytes without a word."""
@@ -36,7 +55,7 @@ def read_yaml(path: Path, error: type[Exception], what: str) -> Any:
         if path.stat().st_size > MAX_YAML_BYTES:
             raise error(f"{path}: cannot read {what}: {path.stat().st_size:,} bytes, more than the "
                         f"{MAX_YAML_BYTES // 2**20} MiB a {what} may have")
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

@@ -141,8 +141,9 @@ class DetailSection(_Section):
 class IntegritySection(_Section):
     refetch_listings: int = Field(2, ge=0, le=1000, description="listings per task and run fetched again from page 1 "
                                   "when they end short or over their total (issue 25; default: the connector's)")
-    zero_floor: int = Field(20, ge=0, le=10_000_000, description="a window of whole days that answers 0 rows where "
-                            "the trailing median of those weekdays is at least this many rows is unexpected_zero "
+    zero_floor: int = Field(20, ge=0, le=10_000_000, description="a window that answers 0 rows where the trailing "
+                            "median of those weekdays (of the same clock window, for a window of no whole day) is "
+                            "at least this many rows is unexpected_zero "
                             "(fetched once more, alerted); 0 = off (default: the connector's)")
     zero_weeks: int = Field(4, ge=2, le=52, description="weeks back the trailing median of a weekday reads")
     max_delete_share: float = Field(0.2, ge=0, le=1, description="a complete snapshot whose soft delete would remove "
@@ -207,7 +208,7 @@ class DisplaySection(_Section):
 
         problem = zone_problem(value.strip())
         if problem:
-            raise ValueError(f"display.timezone: {problem}")
+            raise ValueError(problem)  # the key is named by the layer reading it
         return value.strip()
 
 
@@ -438,6 +439,8 @@ def _environment(environ: Mapping[str, str], dotenv: DotEnv, tasks: frozenset[st
     found: dict[Source, dict[str, str]] = {Source.DOTENV: {}, Source.ENVIRONMENT: {}}
     for name, value in environ.items():
         key = NAMED.get(name) or env_to_key(name)
+        if key is None and name in dotenv.defined:
+            _near_miss(name)
         if key is None or name in NAMED and not value:
             continue
         if name not in NAMED and _owner(key, tasks) is None:
@@ -446,6 +449,26 @@ def _environment(environ: Mapping[str, str], dotenv: DotEnv, tasks: frozenset[st
             continue
         found[Source.DOTENV if name in dotenv.applied else Source.ENVIRONMENT][key] = value
     return tuple(read_layer(source, values, tasks) for source, values in found.items())  # type: ignore[return-value]
+
+
+READ_ELSEWHERE = ("ETL_READER_DSN", "FEIQIU_ALERTS", "FEIQIU_ALERT_URLS", "FEIQIU_CONNECTOR", "FEIQIU_FLEET",
+                  "FEIQIU_UNSAFE_GAPS", "FEIQIU_DAGSTER_CRON", "FEIQIU_DAGSTER_PG_URL")
+"""Variables of ours that a command reads itself (not settings keys): a ``.env`` name one letter off them is
+a misspelling too."""
+
+
+def _near_miss(name: str) -> None:
+    """Warn (stderr, one line) when a ``.env`` name that no setting reads is one slip from one of ours
+    (``FEIQIU_API_TOKN``): it is not an error, as a fleet file's ``token_env`` may be any name."""
+    import difflib
+    import logging
+
+    ours = [*NAMED, *READ_ELSEWHERE]
+    match = difflib.get_close_matches(name.upper(), ours, n=1, cutoff=0.88)
+    if match and name not in ours:
+        logging.getLogger(__name__).warning(
+            "%s in .env is read by nothing (did you mean %s?)", name.encode("unicode_escape").decode()[:80],
+            match[0])
 
 
 def _owner(key: str, tasks: frozenset[str] | None) -> type[BaseModel] | None:

@@ -99,7 +99,7 @@ class PipelineResult:
     and ``banned_seconds`` the seconds the upstream blocked the account; ``detail_fetched`` is the part of
     ``total_fetched`` that came from detail responses.
 
-    Counts that add up (README "Counts that add up"), in every final state — success, failure, cancel, timeout:
+    Counts that add up (docs/guides/run-results.md "Counts that add up"), in every final state — success, failure, cancel, timeout:
 
     * details: ``detail_success + detail_failure + detail_skipped == detail_asked``. ``detail_asked`` counts the
       detail requests the run took in (seeds pulled, follow-ups created) plus the parents that needed none

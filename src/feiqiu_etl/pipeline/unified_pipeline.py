@@ -569,7 +569,7 @@ class _Run:
 
     def _finish(self, started: float) -> PipelineResult:
         self.timing["write"] = self.writer.seconds_writing
-        with self.lock:  # only a writer stuck past JOIN_DEADLINE leaves records on their way (README)
+        with self.lock:  # only a writer stuck past JOIN_DEADLINE leaves records on their way (docs/operations/troubleshooting.md)
             self.result.rows_not_written = max(0, self.records_queued - self.records_done)
         return self.result.finish(aborted=self.aborted, cancelled=self.cancellation.is_cancelled, timing=self.timing,
                                   elapsed=time.monotonic() - started)

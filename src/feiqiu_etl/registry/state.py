@@ -240,22 +240,23 @@ def store_lane_keys(conn: psycopg.Connection, site_id: int) -> list[str]:
     return sorted({r[0] for r in rows if r[0]})
 
 
-def hold_store(conn: psycopg.Connection, site_id: int) -> None:
+def hold_store(conn: psycopg.Connection, site_id: int, action: str = "reset") -> None:
     """Inside the caller's transaction: take every lane lock of ``site_id`` until it ends (``pg_try_advisory_
     xact_lock``, never waiting) and make sure no run of the store is RUNNING. Raises :class:`StoreBusy` naming
-    the run."""
+    the run and what did not happen (``action``: ``reset``, or ``accepted`` for ``state accept-deletions``)."""
+    verb, noun = ("accepted", "an acceptance of deletions") if action == "accepted" else ("reset", "a reset")
     for key in store_lane_keys(conn, site_id):
         if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (lock_key(key),)).fetchone()[0]:
             holder = conn.execute("SELECT run_id FROM etl_meta.run WHERE status = 'RUNNING' AND %s = ANY(lanes) "
                                   "ORDER BY started_at DESC LIMIT 1", (key,)).fetchone()
             who = f"run {holder[0]}" if holder else "another session"
-            raise StoreBusy(f"store {site_id}: its lane {key} is in use by {who}; a reset must not race a run, "
-                            "nothing was reset (try again when it has ended)")
+            raise StoreBusy(f"store {site_id}: its lane {key} is in use by {who}; {noun} must not race a run, "
+                            f"nothing was {verb} (try again when it has ended)")
     running = conn.execute("SELECT run_id FROM etl_meta.run WHERE status = 'RUNNING' AND %s = ANY(stores) "
                            "ORDER BY started_at DESC LIMIT 1", (site_id,)).fetchone()
     if running:
-        raise StoreBusy(f"store {site_id} is being loaded by run {running[0]}; a reset must not race a run, "
-                        "nothing was reset (try again when it has ended)")
+        raise StoreBusy(f"store {site_id} is being loaded by run {running[0]}; {noun} must not race a run, "
+                        f"nothing was {verb} (try again when it has ended)")
 
 
 # ---------------------------------------------------------------------------------------------------- reset

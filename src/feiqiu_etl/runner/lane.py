@@ -38,6 +38,7 @@ from feiqiu_etl.pipeline.request_scheduler import AttemptRecord, RequestSchedule
 from feiqiu_etl.plan.fit import PHASES, Work, fit_lane, lane_seconds, pace_for
 from feiqiu_etl.plan.model import LanePlan, StorePlan, TaskPlan
 from feiqiu_etl.runner.executor import StoreLog, TaskExecutor
+from feiqiu_etl.runner.lane_work import remaining_work, unsized
 from feiqiu_etl.common.status import Status
 from feiqiu_etl.runner.results import LaneResult, StoreResult, merge_parts
 from feiqiu_etl.statistics import (CurrentRequest, LaneStatistics, LaneTotals, Queues, RateMeter, StoreProgress,
@@ -316,25 +317,9 @@ class LaneRunner:
             return [(s, s.current, list(s.done), s.closed) for s in self._stores]
 
     def _remaining_work(self, states: list | None = None) -> tuple[list[Work], float]:
-        """The work left (every part not finished, the running one by what it still needs) with its gaps and safe
-        floors, and the lane's own seconds per request besides its gap: what the ETA and the pace are made of."""
-        work: list[Work] = []
-        for store, cur, finished, closed in (self._states() if states is None else states):
-            if closed:
-                continue
-            st = cur.statistics() if cur is not None else None
-            running = st if st is not None and st.state != "starting" else None
-            scale = _contract_scale(store.schedule, finished, cur.task if cur is not None else None, running)
-            for phase, task in store.schedule[len(finished):]:
-                if running is not None and task is cur.task:
-                    left = running.requests_remaining
-                elif task.estimate.basis == "contract" and scale is not None:
-                    left = max(_least_requests(task), round(task.estimate.requests * scale))
-                else:
-                    left = task.estimate.requests
-                work.append(Work(task.site_id, task.code, phase, left, task.config.gap,
-                                 self.plan.safe_gaps.get(task.spec.gap_class)))
-        return work, self._overhead()
+        """The work left (:func:`~feiqiu_etl.runner.lane_work.remaining_work`) and the lane's own seconds per
+        request besides its gap: what the ETA and the pace are made of."""
+        return remaining_work(self._states() if states is None else states, self.plan.safe_gaps), self._overhead()
 
     def _overhead(self) -> float:
         """Seconds a request holds the lane besides its gap, as this lane measured it (its wall time less the time
@@ -388,26 +373,12 @@ class LaneRunner:
         left: dict[int, int] = {s.plan.site_id: 0 for s in self._stores}
         for w in work:
             left[w.site_id] = left.get(w.site_id, 0) + w.requests
-        for site in self._unsized(states):
+        for site in unsized(states):
             left[site] = 0
         order = sorted(left, key=lambda site: self.plan.store_key(site, left[site]))
         if order != self._order:
             self._order = order
             self.scheduler.rank(order)
-
-    @staticmethod
-    def _unsized(states: list) -> list[int]:
-        """Site ids of the open stores planned from the contract alone (``basis`` ``contract``) that have not told
-        their size yet: none of their contract-planned lists finished or showed its first page."""
-        out = []
-        for store, cur, finished, closed in states:
-            if closed or not any(t.estimate.basis == "contract" for _, t in store.schedule[len(finished):]):
-                continue
-            st = cur.statistics() if cur is not None else None
-            running = st if st is not None and st.state != "starting" else None
-            if _contract_scale(store.schedule, finished, cur.task if cur is not None else None, running) is None:
-                out.append(store.plan.site_id)
-        return out
 
     def stalled_for(self, now: float | None = None) -> float | None:
         """Seconds since the running lane last moved (an attempt ended, a task began or ended, rows were written),
@@ -474,32 +445,6 @@ class LaneRunner:
             deadline_in_s=None if deadline_in is None else round(deadline_in, 1),
             pace=None if self.pace is None else round(factor, 3), stalled_for=self.stalled_for(now),
             left_at_deadline=left_at_deadline)
-
-
-def _contract_scale(schedule: tuple[tuple[str, TaskPlan], ...], finished: list[TaskRun], current: TaskPlan | None,
-                    running: TaskStatistics | None) -> float | None:
-    """How this store compares with the contract's documented volumes: the requests its tasks planned from the
-    contract (``basis`` ``contract``: no history) really needed — those finished, and the one running once its
-    first pages told (``requests`` + ``requests_remaining``) — over what the plan expected of them. None before
-    one of them ran. The live ETA scales the contract estimates of the store's tasks not started yet by it (a
-    store is smaller or bigger than the contract's lower bound in all its lists alike, more or less)."""
-    planned = needed = 0
-    for (_, task), run in zip(schedule, finished):
-        if task.estimate.basis == "contract" and run.skipped is None \
-                and run.status in (Status.SUCCESS, Status.PARTIAL):
-            planned += task.estimate.requests
-            needed += run.result.total_requests
-    if current is not None and running is not None and current.estimate.basis == "contract" and running.requests:
-        planned += current.estimate.requests
-        needed += running.requests + running.requests_remaining
-    return needed / planned if planned > 0 else None
-
-
-def _least_requests(task: TaskPlan) -> int:
-    """A part that lists sends at least one page per window (or its snapshot's one); an owed part may send none."""
-    if task.phase == "owed":
-        return 0
-    return max(1, len(task.windows)) if task.spec.kind == "windowed" else 1
 
 
 def _tasks_done(schedule: tuple[tuple[str, TaskPlan], ...], finished: int) -> int:

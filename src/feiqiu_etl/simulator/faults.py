@@ -36,8 +36,15 @@ What it must never do: sleep or write responses itself (the server does), or mat
 
 from __future__ import annotations
 
+import datetime as _dt
+import re
 import threading
 from dataclasses import dataclass
+
+from feiqiu_etl.simulator.catalog import DETAIL_BY_PATH, LIST_BY_PATH
+
+SERVED_PATHS = frozenset(LIST_BY_PATH) | frozenset(DETAIL_BY_PATH)
+"""The API paths a fault may name (the simulator's list and detail endpoints)."""
 
 GATEWAY_KINDS = frozenset({"http429"})
 HTTP_KINDS = frozenset({"http429", "http500", "http502", "http503", "http504"})
@@ -91,6 +98,17 @@ class ListingRequest:
     page: int | None = None
 
 
+def _is_day(value: object) -> bool:
+    """``value`` is a real calendar day written ``YYYY-MM-DD`` (``2024-02-30`` is not)."""
+    if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        return False
+    try:
+        _dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
 class FaultInjector:
     """Thread-safe FIFO of pending faults."""
 
@@ -115,8 +133,12 @@ class FaultInjector:
             raise ValueError(f"unknown fault kind {kind!r}; expected one of {sorted(FAULT_KINDS)}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError("count must be an integer >= 1")
-        if day is not None and (kind != "zero_day" or not isinstance(day, str) or len(day) != 10):
-            raise ValueError("day (YYYY-MM-DD) belongs to the zero_day fault only")
+        if day is not None and (kind != "zero_day" or not _is_day(day)):
+            raise ValueError("day (YYYY-MM-DD) belongs to the zero_day fault only" if kind != "zero_day"
+                             else f"day: expected a date YYYY-MM-DD, got {str(day)[:40]!r}")
+        if path is not None and path not in SERVED_PATHS:
+            raise ValueError(f"unknown path {str(path)[:80]!r}: the simulator serves the list and detail endpoints "
+                             "of upstream-api.md §4 (e.g. /api/settlement/list), or none for any path")
         if page is not None and (kind not in DATA_KINDS or isinstance(page, bool) or not isinstance(page, int)
                                  or page < 1):
             raise ValueError("page (an integer >= 1) belongs to the data faults only")

@@ -1,7 +1,7 @@
 """The role the web page reads as (issue 27): never a superuser, never the loading role.
 
-``feiqiu-etl web --reader-dsn DSN`` (env ``ETL_READER_DSN``) names one (README "A read-only role for ``sql``"
-shows how to make it); it is refused when it is, or can become, a superuser
+``feiqiu-etl web --reader-dsn DSN`` (env ``ETL_READER_DSN``) names one (docs/web-reader.md shows how to make
+it); it is refused when it is, or can become, a superuser
 (:func:`feiqiu_etl.db.reader_session.role_problem`). Without one, a DSN whose role may create roles (the embedded
 server's superuser, or a loading role with CREATEROLE) makes a role for this server: ``feiqiu_web_<random>``,
 LOGIN with a random password that lives only in this process, no superuser, ``default_transaction_read_only``,

@@ -93,7 +93,7 @@ class DwdSummary:
     def status(self) -> Status:
         """``CANCELLED`` when a table was not started because of a cancel; else ``SUCCESS`` when nothing
         failed and nothing is quarantined, ``FAILED`` when every table failed, else ``PARTIAL`` (quarantined
-        rows are items that failed while the rest loaded: README's exit code 3)."""
+        rows are items that failed while the rest loaded: docs/reference/exit-codes.md, exit code 3)."""
         if any(t.error == CANCELLED_BEFORE_START for t in self.tables):
             return Status.CANCELLED
         if self.failed == 0:

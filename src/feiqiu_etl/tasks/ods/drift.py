@@ -52,11 +52,13 @@ class FieldTracker:
         self._lock = threading.Lock()
 
     def page(self, table: str, records: Iterable) -> None:
-        """Add the keys of every dict in ``records`` (one page) to ``table``'s fields."""
+        """Add the keys of every dict in ``records`` (one page) to ``table``'s fields, with ``\\u0000`` removed
+        as in the stored payload (tasks/ods/hashing.py: PostgreSQL text cannot hold it; a field name with one
+        once made recording the drift fail on every run)."""
         seen: set[str] = set()
         for record in records:
             if isinstance(record, dict):
-                seen.update(record)
+                seen.update(str(k).replace("\x00", "") for k in record)
         if seen:
             with self._lock:
                 self._fields.setdefault(table, set()).update(seen)

@@ -19,8 +19,9 @@ When a listing ends, it gets a verdict:
                     a processing error of the run (it ends PARTIAL), the window is not checkpointed (a hole
                     ``state show`` names, fetched again by the next run), a snapshot deletes nothing
 ``over``            more distinct keys than the total, or more pages than it implies: alerted, not blocked
-``unexpected_zero`` a window that covers whole days answered 0 rows while the trailing median of those days
-                    (same store, task and weekday, ``zero_weeks`` weeks back) is at least
+``unexpected_zero`` a window answered 0 rows while the trailing median of its days (same store, task and
+                    weekday, ``zero_weeks`` weeks back; for a window of no whole day, as a nightly one
+                    from yesterday's high-water mark, of the same clock window those weeks back) is at least
                     ``integrity.zero_floor``: fetched once more, alerted, not blocked (stores close on
                     holidays)
 ``incomplete``      the listing never ended (a request failed, the run stopped): the run's errors say why
@@ -257,15 +258,26 @@ def expected_rows(days: list[datetime], counts: dict, first_day: datetime | None
     return best
 
 
+def shifted_median(counts: dict[int, int], first_ok: dict[int, bool], weeks: int) -> float | None:
+    """The median of a window's rows ``k`` weeks back (``counts``: k -> rows; ``first_ok``: whether the store
+    had its first row by then, else that week does not count as a zero), ``k`` = 1..``weeks``. None without two
+    samples."""
+    samples = [counts.get(k, 0) for k in range(1, weeks + 1) if first_ok.get(k)]
+    return float(statistics.median(samples)) if len(samples) >= 2 else None
+
+
 def trailing_expectations(conn: psycopg.Connection, table: str, column: str, site_id: int,
                           scopes: list[tuple], weeks: int) -> dict:
-    """Per window scope (``("segment", code, site, start, end)``, naive Shanghai) the rows expected by
-    :func:`expected_rows`, from the ODS table's own rows (one query; no request). Scopes covering no whole day
-    are left out."""
+    """Per window scope (``("segment", code, site, start, end)``, naive Shanghai) the rows expected, from the
+    ODS table's own rows (no request): for a scope that covers whole days, :func:`expected_rows` of those days;
+    for one that covers none (a nightly window from yesterday's high-water mark to now, 24 h that straddle two
+    midnights), the median of the rows of the same clock window 1..``weeks`` weeks back (:func:`shifted_median`),
+    so a night that answers 0 where that window usually has rows is judged too."""
     wanted = {scope: full_days(scope[3], scope[4]) for scope in scopes}
+    out = _shifted_expectations(conn, table, column, site_id, [s for s, ds in wanted.items() if not ds], weeks)
     days = [d for ds in wanted.values() for d in ds]
     if not days:
-        return {}
+        return out
     schema, name = table.split(".", 1)
     low, high = min(days) - timedelta(weeks=weeks), max(days)
     rows = conn.execute(sql.SQL(
@@ -279,11 +291,41 @@ def trailing_expectations(conn: psycopg.Connection, table: str, column: str, sit
     conn.commit()
     counts = {datetime(d.year, d.month, d.day): n for d, n in rows}
     first_day = datetime(first.year, first.month, first.day) if first is not None else None
-    out = {}
     for scope, ds in wanted.items():
+        if not ds:
+            continue
         value = expected_rows(ds, counts, first_day, weeks)
         if value is not None:
             out[scope] = value
+    return out
+
+
+def _shifted_expectations(conn: psycopg.Connection, table: str, column: str, site_id: int, scopes: list[tuple],
+                          weeks: int) -> dict:
+    """:func:`shifted_median` of each scope (one query per scope, bounded by the table's index on the window
+    column); scopes without two weeks of history are left out."""
+    if not scopes:
+        return {}
+    schema, name = table.split(".", 1)
+    t, c = sql.Identifier(schema, name), sql.Identifier(column)
+    first = conn.execute(sql.SQL("SELECT min(t.{c}) AT TIME ZONE 'Asia/Shanghai' FROM {t} t WHERE t.site_id = %s")
+                         .format(t=t, c=c), (site_id,)).fetchone()[0]
+    out = {}
+    if first is not None:
+        query = sql.SQL(
+            "SELECT k, (SELECT count(*) FROM {t} t WHERE t.site_id = %s "
+            "AND t.{c} >= ((%s::timestamp - make_interval(weeks => k)) AT TIME ZONE 'Asia/Shanghai') "
+            "AND t.{c} < ((%s::timestamp - make_interval(weeks => k)) AT TIME ZONE 'Asia/Shanghai')) "
+            "FROM generate_series(1, %s) AS k").format(t=t, c=c)
+        for scope in scopes:
+            start, end = scope[3], scope[4]
+            counts = dict(conn.execute(query, (site_id, start, end, weeks)).fetchall())
+            first_ok = {k: start - timedelta(weeks=k) >= first.replace(hour=0, minute=0, second=0, microsecond=0)
+                        for k in range(1, weeks + 1)}
+            value = shifted_median(counts, first_ok, weeks)
+            if value is not None:
+                out[scope] = value
+    conn.commit()
     return out
 
 

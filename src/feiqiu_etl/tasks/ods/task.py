@@ -278,7 +278,7 @@ class BaseOdsTask:
             result.processing_failures += 1
             if result.status == Status.SUCCESS:
                 result.status = Status.PARTIAL.value
-        for gap in result.unreconciled():  # README "Counts that add up": a bookkeeping bug, never expected
+        for gap in result.unreconciled():  # docs/guides/run-results.md "Counts that add up": a bookkeeping bug, never expected
             self.logger.error("counts do not add up: %s", gap)
         for parent in writer.given_up:
             self.logger.warning("owed detail %s given up after %d failed attempts", parent, ctx.detail_max_attempts)
