@@ -9,6 +9,7 @@ another run holds it. The PostgreSQL lane guard underneath is the safety net whe
 from __future__ import annotations
 
 import json
+import uuid
 import os
 import subprocess
 import sys
@@ -42,10 +43,16 @@ def _window(days: int) -> dict:
     return {"window_start": fmt(ANCHOR - timedelta(days=days)), "window_end": fmt(ANCHOR), "task_codes": TASKS}
 
 
-def _instance_home(path: Path, pools: bool) -> Path:
-    """A persistent Dagster instance (SQLite storage) set up once, as a deployment would be, before any run."""
+def _instance_home(path: Path, pools: bool, storage_dsn: str | None = None) -> Path:
+    """A persistent Dagster instance set up once, as a deployment would be, before any run: SQLite storage, or
+    with ``storage_dsn`` PostgreSQL's (dagster-postgres, as docs/scale-out.md deploys it)."""
     path.mkdir()
-    (path / "dagster.yaml").write_text(NO_TELEMETRY + (POOLS_OF_ONE if pools else ""), encoding="utf-8")
+    storage = ""
+    if storage_dsn is not None:
+        from feiqiu_etl.dagster.instance import storage_url
+
+        storage = f"storage:\n  postgres:\n    postgres_url: \"{storage_url(storage_dsn)}\"\n"
+    (path / "dagster.yaml").write_text(NO_TELEMETRY + (POOLS_OF_ONE if pools else "") + storage, encoding="utf-8")
     with dg.DagsterInstance.from_config(str(path)) as instance:
         instance.get_run_records(limit=1)
     return path
@@ -198,9 +205,17 @@ def _span(log, sites) -> tuple[float, float]:
 
 
 @pytest.mark.timeout(400)
-def test_runs_of_one_token_take_turns_in_its_pool_and_other_tokens_run_alongside(pg_dsn, tmp_path):
+def test_runs_of_one_token_take_turns_in_its_pool_and_other_tokens_run_alongside(pg_server_dsn, pg_dsn, tmp_path):
     fleet = fleet_file(tmp_path / "fleet.yaml", {"north": ("FQ_NORTH", NORTH), "south": ("FQ_SOUTH", SOUTH)})
-    home = _instance_home(tmp_path / "dagster", pools=True)
+    # PostgreSQL storage, as deployed: on SQLite two steps that start in the same instant can both claim the
+    # pool's one slot (seen in every full suite run on a busy machine: the second north run BUSY at the lane guard)
+    import psycopg.conninfo as ci
+
+    from feiqiu_etl.db.embedded import create_database
+
+    storage_db = f"dagster_{uuid.uuid4().hex[:10]}"
+    create_database(pg_server_dsn, storage_db)
+    home = _instance_home(tmp_path / "dagster", pools=True, storage_dsn=ci.make_conninfo(pg_server_dsn, dbname=storage_db))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         # the pools exist with their one slot before any run, as a deployment sets them (`dagster instance
         # concurrency set POOL 1`): left to default_limit, two steps starting at once can each create the pool
