@@ -1,5 +1,9 @@
 """The ``feiqiu-etl`` group (its own options: ``--env-file``, ``-v``, ``--log-format``), the commands of the
-modules of :mod:`feiqiu_etl.cli` attached to it, and :func:`entry`, the console script's last line of defence."""
+modules of :mod:`feiqiu_etl.cli` attached to it, and :func:`entry`, the console script's last line of defence.
+
+A command's module is imported when the command is asked for (:data:`COMMANDS`, click's lazy-group pattern):
+``feiqiu-etl runs`` does not import the simulator, the runner, Dagster or the web page (issue 27.6: read-only
+commands in under a second). ``--help`` of the group imports them all, for their one-line help."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import sys
 
 import click
 
-from feiqiu_etl.cli import alerts, check, config, dagster, freshness, ops, prune, run, simulate, sql, state, tasks
+import importlib
+
 from feiqiu_etl.config import ConfigError, read_dotenv
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.app.errors import AppError, UsageFailure
@@ -24,9 +29,35 @@ class CommandFailure(click.ClickException):
         self.exit_code = error.exit_code
 
 
+COMMANDS: dict[str, str] = {
+    "check": "check:check", "run": "run:run", "plan": "run:plan", "demo": "run:demo",
+    "simulate": "simulate:simulate", "sql": "sql:sql", "tasks": "tasks:tasks_cmd", "runs": "ops:runs",
+    "show": "ops:show", "status": "ops:status", "cancel": "ops:cancel", "details": "ops:details",
+    "config": "config:config", "freshness": "freshness:freshness", "alerts": "alerts:alerts",
+    "dagster": "dagster:dagster", "state": "state:state", "web": "web:web",
+}
+"""Command name → ``module:attribute`` under :mod:`feiqiu_etl.cli`, imported on first use."""
+
+
 class _Main(click.Group):
     """The group whose commands' application errors become :class:`CommandFailure` (click's one-line error and
-    exit code, also under ``click.testing.CliRunner``)."""
+    exit code, also under ``click.testing.CliRunner``), and whose commands load lazily (:data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands} - ({"web"} if not _web_available() else set()))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            if name == "web" and not _web_available():
+                return None
+            module, attribute = COMMANDS[name].split(":")
+            command = getattr(importlib.import_module(f"feiqiu_etl.cli.{module}"), attribute)
+            if name == "runs":
+                from feiqiu_etl.cli.prune import runs_prune
+
+                command.add_command(runs_prune)
+            self.add_command(command, name)
+        return self.commands.get(name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -55,17 +86,11 @@ def main(ctx: click.Context, env_file: str, verbose: int, log_format: str) -> No
 
 
 
-for command in (check.check, run.run, run.plan, run.demo, simulate.simulate, sql.sql, tasks.tasks_cmd, ops.runs, ops.show,
-                ops.status, ops.cancel, ops.details, config.config, freshness.freshness, alerts.alerts,
-                dagster.dagster, state.state):
-    main.add_command(command)
-ops.runs.add_command(prune.runs_prune)
-try:
-    from feiqiu_etl.cli import web
-except ImportError:  # pragma: no cover - the web page's dependencies are missing
-    pass
-else:
-    main.add_command(web.web)
+def _web_available() -> bool:
+    """The web page's dependencies (Starlette, uvicorn, Jinja2) are installed."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("starlette", "uvicorn", "jinja2"))
 
 
 def _json_logs_asked(argv: list[str] | None = None) -> bool:

@@ -34,7 +34,7 @@ DEMO_SETTINGS = {
 SIM_GAP_STANDARD = 0.04
 SIM_GAP_GROUPBUY = 0.08
 DEMO_ANCHOR = datetime(2024, 3, 4)  # fixed, so that a rerun sees the same simulated history
-DEMO_DATABASE = "feiqiu_demo"       # its own database on the embedded server: never mixed with real runs
+from feiqiu_etl.db.embedded import DEMO_DATABASE  # noqa: E402 - its own database, never mixed with real runs
 
 
 def run_demo(*, dsn: str | None, seed: int, scale: str, days: int, overrides: dict[str, Any],

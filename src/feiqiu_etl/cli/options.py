@@ -293,7 +293,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.health import DatabaseWatchdog
     from feiqiu_etl.db.schema import ensure_schemas
-    from feiqiu_etl.cli.demo import DEMO_DATABASE
+    from feiqiu_etl.db.embedded import DEMO_DATABASE
 
     config = settings({"db_dsn": dsn})
     dsn = None if demo else reveal(config.db_dsn)

@@ -43,7 +43,7 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
     from feiqiu_etl.db.reader_session import KEEPALIVE, StatementTimeout, bound_session, role_problem, run_statement
     from feiqiu_etl.db.schema import ensure_schemas
-    from feiqiu_etl.cli.demo import DEMO_DATABASE
+    from feiqiu_etl.db.embedded import DEMO_DATABASE
 
     if not query.strip().rstrip(";").strip():
         raise UsageFailure("an empty query: give one SQL statement, e.g. \"SELECT count(*) FROM ods.settlement\"")

@@ -110,7 +110,7 @@ def _serve(sock: socket.socket, config, page: _Page, demo: bool, verbose: int) -
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.connection import scrub
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
-    from feiqiu_etl.cli.demo import DEMO_DATABASE
+    from feiqiu_etl.db.embedded import DEMO_DATABASE
     from feiqiu_etl.errortext import one_line
     from feiqiu_etl.web import WebSettings
 

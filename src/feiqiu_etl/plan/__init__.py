@@ -1,13 +1,28 @@
 """Plan, then run: validated inputs (:mod:`.inputs`), history (:mod:`.history`), the frozen
-:class:`RunPlan` (:mod:`.model`) and the pure builder (:mod:`.builder`). The fleet file is :mod:`.fleet`."""
+:class:`RunPlan` (:mod:`.model`) and the pure builder (:mod:`.builder`). The fleet file is :mod:`.fleet`.
 
-from feiqiu_etl.plan.builder import build_plan
-from feiqiu_etl.plan.history import PlanHistory, TaskHistory, read_history
-from feiqiu_etl.plan.inputs import LaneInput, PlanInputs, RunOptions, prepare, window_settings
-from feiqiu_etl.plan.model import DwdPlan, Estimate, LanePlan, RunPlan, Secret, StorePlan, TaskPlan, WindowSettings
+The names below are imported on first use (PEP 562): ``from feiqiu_etl.plan.fleet import load_fleet`` does not
+load the builder and, through the inputs, the HTTP client (a tenth of a second of every command that reads a
+fleet file; issue 27.6)."""
 
-__all__ = [
-    "DwdPlan", "Estimate", "LaneInput", "LanePlan", "PlanHistory", "PlanInputs", "RunOptions", "RunPlan", "Secret",
-    "StorePlan", "TaskHistory", "TaskPlan", "WindowSettings", "build_plan", "prepare", "read_history",
-    "window_settings",
-]
+import importlib
+from typing import Any
+
+_FACE = {
+    "build_plan": "builder", "PlanHistory": "history", "TaskHistory": "history", "read_history": "history",
+    "LaneInput": "inputs", "PlanInputs": "inputs", "RunOptions": "inputs", "prepare": "inputs",
+    "window_settings": "inputs", "DwdPlan": "model", "Estimate": "model", "LanePlan": "model", "RunPlan": "model",
+    "Secret": "model", "StorePlan": "model", "TaskPlan": "model", "WindowSettings": "model",
+}
+"""The names of this face and the module of each."""
+
+__all__ = sorted(_FACE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from feiqiu_etl.api.client import RetryPolicy
+from feiqiu_etl.api.retry import RetryPolicy
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings
 from feiqiu_etl.config.settings import reveal
 from feiqiu_etl.connector.model import Connector, ConnectorError, load_connector

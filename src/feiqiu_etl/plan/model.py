@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Mapping
 
-from feiqiu_etl.api.client import RetryPolicy
+from feiqiu_etl.api.retry import RetryPolicy
 from feiqiu_etl.common.lanes import fingerprint, lane_key
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.connector.spec import OdsTaskSpec

@@ -22,13 +22,13 @@ from feiqiu_etl.db.embedded.layout import (
 from feiqiu_etl.db.embedded.passwords import READER, SECRET_FILE, SUPERUSER, scram_verifier
 from feiqiu_etl.db.embedded.reader import ensure_reader_role
 from feiqiu_etl.db.embedded.server import (
-    DEFAULT_DATABASE, HBA, SHARED_BUFFERS_MAX_MB, START_TIMEOUT, STOP_TIMEOUT, EmbeddedPostgres, ServerStatistics,
-    create_database, default_embedded, home_layout, shared_buffers_mb, temporary_server,
+    DEFAULT_DATABASE, DEMO_DATABASE, HBA, SHARED_BUFFERS_MAX_MB, START_TIMEOUT, STOP_TIMEOUT, EmbeddedPostgres,
+    ServerStatistics, create_database, default_embedded, home_layout, shared_buffers_mb, temporary_server,
 )
 from feiqiu_etl.db.embedded.socket_dir import PORT, SOCKET_NAME, SOCKET_PATH_MAX, TMP_SOCKET_PREFIX
 
 __all__ = [
-    "ACCEPTED_ACCOUNTS", "DEFAULT_DATABASE", "HANDLE_LIST", "HBA", "HOME_ENV", "PORT", "PRODUCT_ROOT", "READER",
+    "ACCEPTED_ACCOUNTS", "DEFAULT_DATABASE", "DEMO_DATABASE", "HANDLE_LIST", "HBA", "HOME_ENV", "PORT", "PRODUCT_ROOT", "READER",
     "ROOT_HOME", "SECRET_FILE", "SERVER_ACCOUNT", "SHARED_BUFFERS_MAX_MB", "SOCKET_NAME", "SOCKET_PATH_MAX",
     "START_TIMEOUT", "STOP_TIMEOUT", "SUPERUSER", "TMP_SOCKET_PREFIX", "EmbeddedPostgres", "EmbeddedServerError",
     "ServerLayout", "ServerStatistics", "bin_dir", "create_database", "default_embedded", "describe_data_folder",

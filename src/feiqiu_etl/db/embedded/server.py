@@ -50,6 +50,8 @@ from feiqiu_etl.errortext import one_line
 log = logging.getLogger(__name__)
 
 DEFAULT_DATABASE = "feiqiu_etl"
+DEMO_DATABASE = "feiqiu_demo"
+"""``feiqiu-etl demo``'s own database on the embedded server: never mixed with real runs."""
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 #: Longest wait for another command's start or stop of the same server (an initdb plus a start, with margin).
@@ -152,7 +154,6 @@ class EmbeddedPostgres:
                                       f"tools cannot take (quotes, $, `, \\ or control characters): "
                                       f"choose another {HOME_ENV}")
         account = ensure_server_account() if os.geteuid() == 0 else None
-        binaries = server_bin_dir(account)
         if self.layout is not None and self.layout.moved:
             make_home(self.layout.home, account)  # the user's home exists as it would with its data in it
         make_home(self.home, account)  # the server account may enter a home made here, nobody else
@@ -160,8 +161,6 @@ class EmbeddedPostgres:
             record_home(self.layout)
         account = self._owner_account(account)  # before the lock file: it would belong to the other user
         with self._locked():
-            if account is not None:
-                check_reachable(account, self.pgdata if self.pgdata.exists() else self.home, binaries)
             self._account = account
             self._passfile, passwords, new_secret = secret_file(self.home)
             for child in list(_KEEP):  # reap servers this process started that have died since
@@ -169,8 +168,11 @@ class EmbeddedPostgres:
                     _KEEP.remove(child)
             running = postmaster(self.pgdata)
             if running is not None and running[2] == "ready":
-                self._join(running)
-            else:
+                self._join(running)  # its binaries were checked when it was launched: no walk over them now
+            else:  # (as root that walk over the private copy is a tenth of a second of every command)
+                binaries = server_bin_dir(account)
+                if account is not None:
+                    check_reachable(account, self.pgdata if self.pgdata.exists() else self.home, binaries)
                 self._launch(binaries, passwords, new_secret)
             write_users(self.pgdata, [*(u for u in live_users(self.pgdata) if u != os.getpid()), os.getpid()])
         atexit.register(self.stop)

@@ -8,17 +8,23 @@ Public API (warehouse-model §3–§5; spec §3.7):
   each table on its own connection and transaction, in parallel.
 """
 
-from feiqiu_etl.tasks.dwd.load_task import DwdLoadContext, DwdLoadTask, DwdSummary, DwdTableResult
-from feiqiu_etl.connector.dwd_mapping import DwdMapping, DwdMappingError, load_dwd_mapping
-from feiqiu_etl.tasks.dwd.schema import ensure_dwd_tables
+import importlib
+from typing import Any
 
-__all__ = [
-    "DwdLoadContext",
-    "DwdLoadTask",
-    "DwdMapping",
-    "DwdMappingError",
-    "DwdSummary",
-    "DwdTableResult",
-    "ensure_dwd_tables",
-    "load_dwd_mapping",
-]
+_FACE = {"DwdLoadContext": "feiqiu_etl.tasks.dwd.load_task", "DwdLoadTask": "feiqiu_etl.tasks.dwd.load_task",
+         "DwdSummary": "feiqiu_etl.tasks.dwd.load_task", "DwdTableResult": "feiqiu_etl.tasks.dwd.load_task",
+         "DwdMapping": "feiqiu_etl.connector.dwd_mapping", "DwdMappingError": "feiqiu_etl.connector.dwd_mapping",
+         "load_dwd_mapping": "feiqiu_etl.connector.dwd_mapping", "ensure_dwd_tables": "feiqiu_etl.tasks.dwd.schema"}
+"""The names of this face and their modules, imported on first use (PEP 562): ``state show`` reads the names of
+the watermark tables without loading the loaders (issue 27.6)."""
+
+__all__ = sorted(_FACE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _FACE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
