@@ -135,6 +135,26 @@ def zero_day(server, lines: list) -> None:
                     (result.run_id,)).fetchone()
             lines.append(f"{name}\n    status {result.status}, list requests {sent} (clean: 1), verdict {verdict}, "
                          f"trailing weekday median {expected:g} rows\n")
+    # a nightly window covers no whole day (yesterday 01:00 to now): judged against the same clock window 1..4
+    # weeks back (adversarial trial: it was taken as ok, checkpointed, its rows lost)
+    create_database(server.dsn("postgres"), "bench_integrity_night", drop_first=True)
+    dsn = server.dsn("bench_integrity_night")
+    with Simulator(cfg) as sim:
+        start = ANCHOR - timedelta(hours=23)
+        history = run(sim, dsn, 21 - 1 / 24, end=start, tasks=["ODS_TABLE_USE"])
+        assert history.status == "SUCCESS", history.status
+        for name, count in (("a nightly window of no whole day (23 h) answers zero, repeats (floor 10)", 2),
+                            ("a nightly window of no whole day (23 h) answers zero, once (floor 10)", 1)):
+            sim.inject(PATH["ODS_TABLE_USE"], "zero_day", count=count, day=fmt(start)[:10])
+            sim.clear_log()
+            result = run(sim, dsn, 23 / 24, tasks=["ODS_TABLE_USE"], **{"integrity.zero_floor": 10})
+            sent = sum(1 for e in sim.request_log() if e.path == PATH["ODS_TABLE_USE"])
+            with psycopg.connect(dsn) as conn:
+                verdict, expected = conn.execute(
+                    "SELECT verdict, expected_rows FROM etl_meta.listing_reconcile WHERE run_id = %s",
+                    (result.run_id,)).fetchone()
+            lines.append(f"{name}\n    status {result.status}, list requests {sent} (clean: 1), verdict {verdict}, "
+                         f"median of the same window 1..4 weeks back {expected:g} rows\n")
 
 
 def main() -> None:
@@ -160,8 +180,8 @@ def main() -> None:
              lines, clean)
         case(server, "a total that moves (page 1 of goods says 301)", [("ODS_GOODS", "total_moves", 1, None)],
              lines, clean)
-        case(server, "after a clean load, a snapshot that answers total 0 for the whole run (the deletion guard's "
-                     "case, issue 25 part 4, not this branch: reconciliation alone says ok)",
+        case(server, "after a clean load, a snapshot that answers total 0 for the whole run (the deletion guard, "
+                     "issue 25 part 4: reconciliation alone says ok, the guard holds the deletions)",
              [("ODS_GOODS", "total_zero", 1000, None)], lines, clean, then_clean=True, preload=True)
         zero_day(server, lines)
     emit("".join(lines), args.output)

@@ -113,8 +113,10 @@ def _numeric_options():
             if isinstance(param.type, (click.types.FloatParamType, click.types.IntParamType)) \
                     and not getattr(param, "count", False):  # -v -v counts, it reads no number
                 found.append((path, param))
-        for name, sub in getattr(cmd, "commands", {}).items():
-            walk(sub, f"{path} {name}")
+        if isinstance(cmd, click.Group):  # click's API: the CLI loads its commands lazily (cli/app.py)
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), f"{path} {name}")
 
     walk(main, "feiqiu-etl")
     return found

@@ -1,16 +1,21 @@
 """The list of processes using one embedded server, so that the last one to leave stops it.
 
-It is a JSON list of pids in ``<pgdata>/.handle_pids.json``, read and changed only under the server's lock
-(see ``server.py``). A process killed hard (``kill -9``, a second Ctrl-C) can leave the file truncated or its
-dead pid in it; every read keeps only live pids and drops an unreadable file, so a hard kill never makes a later
-start fail or keeps the last live user from stopping the server.
+It is a JSON list of pids in ``<pgdata>/.handle_pids.json``, changed only under the server's lock (see
+``server.py``) and written whole: a temporary file renamed over it, so a reader without the lock (the watcher,
+``statistics()``) never sees half a list. (A list rewritten in place once read as empty mid-write: the watcher
+dropped it and stopped the server under two live commands — fresh-user trial.) A process killed hard
+(``kill -9``, a second Ctrl-C) can leave its dead pid in it; every read keeps only live pids, and an unreadable
+file (an older version's, cut by a kill) counts as no user and is replaced by the next write, never deleted by a
+reader.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -20,12 +25,13 @@ HANDLE_LIST = ".handle_pids.json"
 
 def repair_handle_list(pgdata: Path) -> None:
     """Keep the list of processes using the server (a JSON list of pids) sane: keep only the pids that are
-    still alive; drop an unreadable file."""
+    still alive; replace an unreadable file."""
     write_users(pgdata, live_users(pgdata))
 
 
 def live_users(pgdata: Path) -> list[int]:
-    """The pids in the list that are still alive (an unreadable list is removed: none)."""
+    """The pids in the list that are still alive (none for an unreadable list, which is left for the next
+    write to replace)."""
     import psutil
 
     path = pgdata / HANDLE_LIST
@@ -36,8 +42,7 @@ def live_users(pgdata: Path) -> list[int]:
         if not isinstance(pids, list):
             raise ValueError("not a list")
     except (OSError, ValueError):
-        log.warning("embedded PostgreSQL: discarding unreadable %s", path)
-        path.unlink(missing_ok=True)
+        log.warning("embedded PostgreSQL: unreadable %s (the next start or stop rewrites it)", path)
         return []
     return [p for p in pids if isinstance(p, int) and not isinstance(p, bool) and psutil.pid_exists(p)]
 
@@ -52,5 +57,14 @@ def write_users(pgdata: Path, pids: list[int]) -> None:
     except (OSError, ValueError):
         old = None
     if old != pids:
-        path.write_text(json.dumps(pids))
-        os.chmod(path, 0o600)
+        for stale in pgdata.glob(f"{HANDLE_LIST}.*.tmp"):  # a writer killed mid-write (writes hold the lock)
+            stale.unlink(missing_ok=True)
+        fd, temp = tempfile.mkstemp(dir=pgdata, prefix=f"{HANDLE_LIST}.", suffix=".tmp")  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(json.dumps(pids))
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
