@@ -25,6 +25,7 @@ def test_a_reader_racing_the_writer_always_sees_the_live_users_and_the_file_stay
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
+    write_users(tmp_path, [me])  # the list exists before the race starts, as once a server has a user
     thread = threading.Thread(target=writer)
     thread.start()
     try:
