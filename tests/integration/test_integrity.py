@@ -159,7 +159,9 @@ def test_a_day_that_answers_zero_against_its_median_is_fetched_again_and_alerted
             assert verdict == "unexpected_zero" and expected >= 10 and "also after a refetch" in reason
             checkpoint = conn.execute("SELECT count(*) FROM etl_meta.window_progress WHERE run_id = %s",
                                       (zero.run_id,)).fetchone()[0]
-        assert checkpoint == 1
+        # not blocked, not believed either (adversarial trial: a zero checkpointed lost its rows for good): the
+        # window stays unfinished and the next run asks again
+        assert checkpoint == 0
         # a one-off zero: the refetch answers the day's rows, verdict refetched, exact
         sim.inject(PATHS[TABLE_USE], "zero_day", count=1)
         once = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **day)
@@ -197,6 +199,69 @@ def test_a_nightly_window_of_no_whole_day_that_answers_zero_is_judged_against_th
         assert once.status == "SUCCESS" and verdicts(pg_dsn, once.run_id)[TABLE_USE][0] == "refetched"
         expected_now = expected_rows(sim, CONNECTOR.task(TABLE_USE), SITE, (night["window_start"], night["window_end"]))
         assert expected_now and _ods_in(pg_dsn, night) == {key[1] for key in expected_now}
+
+
+def _checkpoints(dsn: str, run_id: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM etl_meta.window_progress WHERE run_id = %s", (run_id,)).fetchone()[0]
+
+
+def test_a_first_load_that_answers_zero_is_not_checkpointed_and_a_zero_twice_in_two_runs_is_believed(pg_dsn):
+    """Adversarial trial D1: a first load whose windowed list answered total 0 (no history, no median) was
+    checkpointed as finished — 19 of 60 payments never fetched again. With no history the contract's lower bound
+    per day is the expectation: ``unexpected_zero``, not checkpointed, the next run loads the window exactly. A
+    zero that a later run answers again (twice more) is believed: a store closed all week."""
+    window = dict(window_start=_day(ANCHOR - timedelta(days=2)), window_end=_day(ANCHOR))
+    with Simulator(sim_config(seed=5, days=2)) as sim:
+        sim.inject(PATHS[TABLE_USE], "total_zero", count=2)
+        first = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **window)
+        assert first.status == "SUCCESS" and verdicts(pg_dsn, first.run_id)[TABLE_USE][0] == "unexpected_zero"
+        assert _checkpoints(pg_dsn, first.run_id) == 0  # the window stays unfinished
+        again = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **window)
+        assert again.status == "SUCCESS" and _checkpoints(pg_dsn, again.run_id) == 1
+        store_exact(pg_dsn, sim, SITE, [TABLE_USE], (window["window_start"], window["window_end"]))
+    with psycopg.connect(pg_dsn) as conn:  # a store with nothing in a later window, two runs in a row
+        conn.execute("DELETE FROM etl_meta.window_progress")
+        conn.execute("DELETE FROM etl_meta.listing_reconcile")
+        conn.execute("DELETE FROM ods.table_use")
+    with Simulator(sim_config(seed=5, days=2)) as sim:
+        sim.inject(PATHS[TABLE_USE], "total_zero", count=5)
+        one = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **window)
+        two = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": 10}, **window)
+        assert verdicts(pg_dsn, one.run_id)[TABLE_USE][0] == "unexpected_zero"
+        assert verdicts(pg_dsn, two.run_id)[TABLE_USE][0] == "ok" and _checkpoints(pg_dsn, two.run_id) == 1
+        with psycopg.connect(pg_dsn) as conn:
+            reason = conn.execute("SELECT reason FROM etl_meta.listing_reconcile WHERE run_id = %s",
+                                  (two.run_id,)).fetchone()[0]
+        assert one.run_id in reason and "believed" in reason
+
+
+def test_a_window_that_answers_zero_where_the_warehouse_holds_its_rows_is_doubted_below_the_median_floor(pg_dsn):
+    """Adversarial trial D2: a nightly window answered 0 while the warehouse already held 38 of its rows; the
+    trailing median (19) was under the floor (20), so the zero was believed and checkpointed. The rows already
+    held are evidence too."""
+    days = 22
+    with Simulator(sim_config(seed=5, days=days)) as sim:
+        history = run_flow(sim, pg_dsn, tasks=[TABLE_USE], window_start=_day(ANCHOR - timedelta(days=days)),
+                           window_end=_day(ANCHOR))
+        assert history.status == "SUCCESS"
+        day = dict(window_start=_day(ANCHOR - timedelta(days=1)), window_end=_day(ANCHOR))
+        held = len(expected_rows(sim, CONNECTOR.task(TABLE_USE), SITE, (day["window_start"], day["window_end"])))
+        with psycopg.connect(pg_dsn) as conn:
+            conn.execute("DELETE FROM etl_meta.window_progress WHERE window_end > %s::timestamp AT TIME ZONE "
+                         "'Asia/Shanghai' - interval '1 day'", (day["window_end"],))
+        sim.inject(PATHS[TABLE_USE], "zero_day", count=2, day=day["window_start"][:10])
+        zero = run_flow(sim, pg_dsn, tasks=[TABLE_USE], overrides={"integrity.zero_floor": held}, **day)
+        with psycopg.connect(pg_dsn) as conn:
+            verdict, expected, reason = conn.execute(
+                "SELECT verdict, expected_rows, reason FROM etl_meta.listing_reconcile WHERE run_id = %s",
+                (zero.run_id,)).fetchone()
+        assert verdict == "unexpected_zero" and expected == held and "already holds" in reason, reason
+        assert _checkpoints(pg_dsn, zero.run_id) == 0 and zero.status == "SUCCESS"
+        with psycopg.connect(pg_dsn) as conn:  # nothing held was touched
+            live = conn.execute("SELECT count(*) FROM ods.table_use WHERE NOT is_deleted").fetchone()[0]
+        assert live == len(expected_rows(sim, CONNECTOR.task(TABLE_USE), SITE,
+                                         (_day(ANCHOR - timedelta(days=days)), _day(ANCHOR))))
 
 
 def _ods_in(dsn: str, window: dict) -> set:

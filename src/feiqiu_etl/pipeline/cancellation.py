@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import threading
 
+MAX_TIMER_SECONDS = 366 * 86400.0
+"""The longest timer armed (s); callers refuse longer limits themselves (``--timeout`` at most 30 days)."""
+
 
 class CancellationToken:
     """Cancel signal shared by the lane, the workers and the writer.
@@ -33,7 +36,9 @@ class CancellationToken:
         if seconds <= 0:
             self.cancel(reason)
             return
-        self._timer = threading.Timer(seconds, self.cancel, kwargs={"reason": reason})
+        # capped at a year: a Timer of 1e14 s overflows the platform's time_t in its thread (a traceback before
+        # the caller's own check refuses such a value: adversarial trial, `--timeout 99999999999h`)
+        self._timer = threading.Timer(min(seconds, MAX_TIMER_SECONDS), self.cancel, kwargs={"reason": reason})
         self._timer.daemon = True
         self._timer.start()
 

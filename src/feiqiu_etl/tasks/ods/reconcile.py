@@ -19,11 +19,15 @@ When a listing ends, it gets a verdict:
                     a processing error of the run (it ends PARTIAL), the window is not checkpointed (a hole
                     ``state show`` names, fetched again by the next run), a snapshot deletes nothing
 ``over``            more distinct keys than the total, or more pages than it implies: alerted, not blocked
-``unexpected_zero`` a window answered 0 rows while the trailing median of its days (same store, task and
-                    weekday, ``zero_weeks`` weeks back; for a window of no whole day, as a nightly one
-                    from yesterday's high-water mark, of the same clock window those weeks back) is at least
-                    ``integrity.zero_floor``: fetched once more, alerted, not blocked (stores close on
-                    holidays)
+``unexpected_zero`` a window answered 0 rows where at least ``integrity.zero_floor`` are expected: the
+                    trailing median of its days (same store, task and weekday, ``zero_weeks`` weeks back;
+                    for a window of no whole day, as a nightly one, of the same clock window those weeks
+                    back), or the live rows the warehouse already holds inside it (records listed there
+                    before), or — with no history at all (a first load) — the contract's lower bound of
+                    rows per day over the window. Fetched once more and alerted; the run is not blocked
+                    (stores close on holidays) but the window is not checkpointed either: the next run
+                    asks again, and a zero that a later run answers too is believed (``ok``) — one glitch
+                    never loses a window for good
 ``incomplete``      the listing never ended (a request failed, the run stopped): the run's errors say why
 =================== =====================================================================================
 
@@ -120,11 +124,16 @@ def _fmt(value: datetime | None) -> str | None:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else None
 
 
-def judge(attempt: _Attempt, limit: int | None, expected: float | None, floor: int) -> tuple[str, str | None]:
-    """The verdict of one listing as fetched (no refetch considered) and why: ``(verdict, reason)``."""
+def judge(attempt: _Attempt, limit: int | None, expected: float | None, floor: int,
+          second_opinion: str | None = None, basis: str = "the trailing median is") -> tuple[str, str | None]:
+    """The verdict of one listing as fetched (no refetch considered) and why: ``(verdict, reason)``.
+    ``second_opinion``: an earlier run that already answered 0 for this window — a zero twice, from runs at
+    different times, is believed (a store closed for a holiday)."""
     total, distinct = attempt.total, len(attempt.keys)
     if attempt.rows == 0 and expected is not None and expected >= floor:
-        return UNEXPECTED_ZERO, f"0 rows where the trailing median is {expected:g} (floor {floor})"
+        if second_opinion is not None:
+            return OK, f"0 rows, as run {second_opinion} answered for this window: believed"
+        return UNEXPECTED_ZERO, f"0 rows where {basis} {expected:g} (floor {floor})"
     if total is None:
         return OK, None  # no total to reconcile with: the short page ended it (as before issue 25)
     moved = f" (totals reported: {', '.join(map(str, attempt.totals))})" if len(attempt.totals) > 1 else ""
@@ -142,10 +151,15 @@ class Reconciler:
     """The listings of one task and store in one run (module docstring). ``limit`` is the page size,
     ``expected`` the trailing median of rows per window scope (see :func:`trailing_expectations`)."""
 
-    def __init__(self, rules: IntegrityRules, limit: int | None, expected: dict | None = None):
+    def __init__(self, rules: IntegrityRules, limit: int | None, expected: dict | None = None,
+                 zero_before: dict | None = None):
         self.rules = rules
         self.limit = limit
         self.expected = dict(expected or {})
+        self.zero_before = dict(zero_before or {})
+        """Per window scope, the run that already judged a window overlapping it ``unexpected_zero``."""
+        self.basis: dict = {}
+        """Per window scope, what its expectation is, when not the trailing median (reason texts)."""
         self.refetches = 0
         self.recorded: list[ListingOutcome] = []
         """The outcomes recorded so far (``etl_meta.listing_reconcile`` rows of this task), in order."""
@@ -179,12 +193,19 @@ class Reconciler:
                     and page * self.limit < total_now:
                 return MORE  # short, but the total says records are still to come
             expected, floor = self.expected.get(scope), self.rules.zero_floor
-            verdict, reason = judge(current, self.limit, expected, floor)
+            # an earlier run's zero for this window is a second opinion only once this run asked twice too
+            # (or may not ask again): a glitch has to strike three listings in two runs to be believed
+            last_try = attempt > 1 or self.refetches >= self.rules.refetch_listings
+            verdict, reason = judge(current, self.limit, expected, floor,
+                                    self.zero_before.get(scope) if last_try else None,
+                                    self.basis.get(scope, "the trailing median is"))
             if verdict != OK and attempt == 1 and self.refetches < self.rules.refetch_listings:
                 self.refetches += 1
                 return REFETCH
-            if verdict == OK and attempt > 1:
-                verdict, reason = REFETCHED, f"listing 1: {judge(attempts[0], self.limit, expected, floor)[1]}"
+            if verdict == OK and attempt > 1 and reason is None:  # a believed zero keeps its reason: ok
+                first = judge(attempts[0], self.limit, expected, floor, None,
+                              self.basis.get(scope, "the trailing median is"))[1]
+                verdict, reason = REFETCHED, f"listing 1: {first}"
             elif verdict != OK and attempt == 1 and self.refetches >= self.rules.refetch_listings:
                 reason = f"{reason}; no refetch left ({self.rules.refetch_listings} per task and run)"
             elif verdict != OK:
@@ -325,6 +346,40 @@ def _shifted_expectations(conn: psycopg.Connection, table: str, column: str, sit
             value = shifted_median(counts, first_ok, weeks)
             if value is not None:
                 out[scope] = value
+    conn.commit()
+    return out
+
+
+def held_rows(conn: psycopg.Connection, table: str, column: str, site_id: int, scopes: list[tuple]) -> dict:
+    """Per window scope the live rows the ODS table already holds inside it (records listed there before: a
+    window that now answers 0 contradicts them). One query per scope; scopes holding none are left out."""
+    schema, name = table.split(".", 1)
+    query = sql.SQL("SELECT count(*) FROM {t} t WHERE t.site_id = %s AND NOT t.is_deleted "
+                    "AND t.{c} >= (%s::timestamp AT TIME ZONE 'Asia/Shanghai') "
+                    "AND t.{c} < (%s::timestamp AT TIME ZONE 'Asia/Shanghai')").format(
+        t=sql.Identifier(schema, name), c=sql.Identifier(column))
+    out = {}
+    for scope in scopes:
+        n = conn.execute(query, (site_id, scope[3], scope[4])).fetchone()[0]
+        if n:
+            out[scope] = n
+    conn.commit()
+    return out
+
+
+def zeros_before(conn: psycopg.Connection, connector: str, task_code: str, site_id: int, run_id: str,
+                 scopes: list[tuple]) -> dict:
+    """Per window scope the latest other run whose listing of a window overlapping it was ``unexpected_zero``
+    (``etl_meta.listing_reconcile``): this run's answer is the second opinion."""
+    out = {}
+    for scope in scopes:
+        row = conn.execute(
+            "SELECT run_id FROM etl_meta.listing_reconcile WHERE connector = %s AND task_code = %s AND site_id = %s "
+            "AND run_id <> %s AND verdict = %s AND window_start < (%s::timestamp AT TIME ZONE 'Asia/Shanghai') "
+            "AND window_end > (%s::timestamp AT TIME ZONE 'Asia/Shanghai') ORDER BY recorded_at DESC LIMIT 1",
+            (connector, task_code, site_id, run_id, UNEXPECTED_ZERO, scope[4], scope[3])).fetchone()
+        if row:
+            out[scope] = row[0]
     conn.commit()
     return out
 

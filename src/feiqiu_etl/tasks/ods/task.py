@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Hashable, Iterator, Protocol
 
 import psycopg
+from psycopg import sql
 
 from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
 from feiqiu_etl.errortext import one_line
@@ -231,8 +232,7 @@ class BaseOdsTask:
             writer.owe((site_id, r.context["parent_key"]) for r in pending)
             fields = FieldTracker()
             totals = PageTotals()
-            expected = slot.run(lambda c: self._expectations(c, site_id))
-            reconciler = Reconciler(ctx.integrity, spec.page_size, expected)
+            reconciler = slot.run(lambda c: self._reconciler(c, site_id))
             processor = OdsProcessor(spec, site_id, layouts, self.conv.max_pages + self.conv.first_page - 1,
                                      page_param=self.conv.page_param, site_field=self.conv.site_param,
                                      snapshot=snapshot, fields=fields, totals=totals, reconciler=reconciler,
@@ -313,16 +313,35 @@ class BaseOdsTask:
                                 owed=owed, rechecks=recheck.budget)
         return live_estimate(self.task.estimate, progress, has_detail=self.spec.detail is not None)
 
-    def _expectations(self, conn: psycopg.Connection, site_id: int) -> dict:
-        """Rows expected per window segment (trailing median, tasks/ods/reconcile.py), for the unexpected-zero
-        verdict; empty for a snapshot or with ``integrity.zero_floor`` 0. One query, no request."""
-        spec = self.spec
-        if spec.kind != "windowed" or not spec.window_column or self.ctx.integrity.zero_floor <= 0 \
-                or not self.task.windows:
-            return {}
+    def _reconciler(self, conn: psycopg.Connection, site_id: int) -> Reconciler:
+        """The task's :class:`Reconciler` with the rows expected per window segment, for the unexpected-zero
+        verdict (tasks/ods/reconcile.py): the trailing median, or more where the warehouse already holds more
+        live rows inside the window, or — no history at all — the contract's lower bound per day over the
+        window; and the segments an earlier run already found zero (a second zero is believed). Nothing for a
+        snapshot or with ``integrity.zero_floor`` 0. A few queries, no request."""
+        spec, rules = self.spec, self.ctx.integrity
+        if spec.kind != "windowed" or not spec.window_column or rules.zero_floor <= 0 or not self.task.windows:
+            return Reconciler(rules, spec.page_size)
         scopes = [("segment", spec.code, site_id, w.start, w.end) for w in self.task.windows]
-        return reconcile.trailing_expectations(conn, spec.table, spec.window_column, site_id, scopes,
-                                               self.ctx.integrity.zero_weeks)
+        expected = reconcile.trailing_expectations(conn, spec.table, spec.window_column, site_id, scopes,
+                                                   rules.zero_weeks)
+        reconciler = Reconciler(rules, spec.page_size, expected,
+                                reconcile.zeros_before(conn, self.conv.connector, spec.code, site_id,
+                                                       self.ctx.run_id, scopes))
+        for scope, held in reconcile.held_rows(conn, spec.table, spec.window_column, site_id, scopes).items():
+            if held > reconciler.expected.get(scope, 0):
+                reconciler.expected[scope] = float(held)
+                reconciler.basis[scope] = "the warehouse already holds"
+        first_load = not conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE site_id = %s)").format(
+            sql.Identifier(*spec.table.split(".", 1))), (site_id,)).fetchone()[0]
+        conn.commit()
+        if first_load and spec.expected_daily_rows:
+            for scope in scopes:
+                if scope not in reconciler.expected:
+                    days = (scope[4] - scope[3]).total_seconds() / 86400
+                    reconciler.expected[scope] = round(spec.expected_daily_rows[0] * days, 1)
+                    reconciler.basis[scope] = "the contract's lower bound over the window is"
+        return reconciler
 
     def _drift(self, slot, fields: FieldTracker) -> list[dict]:
         """Schema drift report of this run (tasks/ods/drift.py); a failure to record it is logged, not fatal."""
@@ -426,7 +445,11 @@ class BaseOdsTask:
         deleted = None
         try:
             if scope[0] == "segment":
-                if ok:
+                doubted = reconciler is not None and reconciler.verdict(scope)[0] == reconcile.UNEXPECTED_ZERO
+                if doubted:  # not blocked, not believed either: the next run asks again (a second opinion)
+                    self.logger.warning("window %s - %s left unfinished: it answered 0 rows where rows are "
+                                        "expected; the next run asks again", fmt(scope[3]), fmt(scope[4]))
+                if ok and not doubted:
                     # Only the part before the task started is complete: later records may still come (a
                     # window that reaches into the future must not hide them from the next incremental run).
                     end = min(scope[4], from_aware(run_started).replace(microsecond=0))
