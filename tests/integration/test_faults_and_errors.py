@@ -104,6 +104,9 @@ def test_unauthorised_store_fails_only_that_store(pg_dsn):
     (["--connector", "/nonexistent.yaml"], "cannot read connector"),
     (["--site-id", "abc"], "--site-id"),
     (["--api-base", "ftp://x"], "http"),
+    (["--api-base", "http://[::1"], "--api-base is no valid URL"),  # adversarial trial: was exit 1, internal error
+    (["--api-base", "http://127.0.0.1:8765/ x"], "whitespace or a control character"),  # sent requests (404)
+    (["--api-base", "http://127.0.0.1:99999"], "Port out of range"),
 ])
 def test_bad_configuration_exits_2_with_one_line_before_any_request(sim, args, message):
     env = {**os.environ, "FEIQIU_API_TOKEN": sim.config.token, "ETL_DB_DSN": "postgresql://unused.invalid/db"}

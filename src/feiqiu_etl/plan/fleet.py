@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from pydantic import Field, field_validator, model_validator
 
+from feiqiu_etl.api.urls import base_url_problem
 from feiqiu_etl.common.yamldoc import Strict, load_definition
 
 _LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
@@ -83,10 +84,11 @@ class LaneModel(Strict):
     @field_validator("api_base")
     @classmethod
     def _base(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("http://", "https://")):
+        problem = base_url_problem(v) if v is not None else None
+        if problem:
             from feiqiu_etl.textsafe import redact_url
 
-            raise ValueError(f"must be an http(s) URL, got {redact_url(v)!r}")
+            raise ValueError(f"{problem}, got {redact_url(v)!r}")
         return v
 
     @model_validator(mode="after")
@@ -116,10 +118,11 @@ class FleetModel(Strict):
         envs = [lane.token_env for lane in self.lanes]
         if len(set(envs)) != len(envs):
             raise ValueError("two lanes read the same token_env: one token is one lane (merge their stores)")
-        if self.api_base is not None and not self.api_base.startswith(("http://", "https://")):
+        problem = base_url_problem(self.api_base) if self.api_base is not None else None
+        if problem:
             from feiqiu_etl.textsafe import redact_url
 
-            raise ValueError(f"api_base must be an http(s) URL, got {redact_url(self.api_base)!r}")
+            raise ValueError(f"api_base {problem}, got {redact_url(self.api_base)!r}")
         return self
 
 

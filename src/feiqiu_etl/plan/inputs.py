@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from feiqiu_etl.api.retry import RetryPolicy
+from feiqiu_etl.api.urls import base_url_problem
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings
 from feiqiu_etl.config.settings import reveal
 from feiqiu_etl.connector.model import Connector, ConnectorError, load_connector
@@ -325,10 +326,11 @@ def gap_below_minimum(settings: Settings, spec: OdsTaskSpec, connector: Connecto
 def _api_base(base: str | None, where: str = "") -> str:
     if not base:
         raise ConfigError(f"no API base URL{' for ' + where if where else ''}: set FEIQIU_API_BASE or pass --api-base")
-    if not base.startswith(("http://", "https://")):
+    problem = base_url_problem(base)
+    if problem:
         from feiqiu_etl.textsafe import redact_url
 
-        raise ConfigError(f"--api-base must be an http(s) URL, got {redact_url(base)!r}")
+        raise ConfigError(f"--api-base {problem}, got {redact_url(base)!r}")
     return base
 
 

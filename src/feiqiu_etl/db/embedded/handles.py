@@ -48,9 +48,10 @@ def live_users(pgdata: Path) -> list[int]:
 
 
 def write_users(pgdata: Path, pids: list[int]) -> None:
-    """Store ``pids`` as the list (mode 0600), unless it already holds exactly them."""
+    """Store ``pids`` as the list (mode 0600), unless it already holds exactly them; no pid: remove it."""
     path = pgdata / HANDLE_LIST
-    if not path.exists() and not pids:
+    if not pids:  # no user: no list (a reader without the lock reads both alike)
+        path.unlink(missing_ok=True)
         return
     try:
         old = json.loads(path.read_text()) if path.exists() else None
