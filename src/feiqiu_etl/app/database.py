@@ -161,7 +161,8 @@ def check_database(dsn: str, cancellation: CancellationToken | None = None, time
                           "cancelled while connecting to PostgreSQL; nothing was run")
     except CancelledEarly:
         raise
-    except BaseException as error:  # noqa: BLE001 - one line, whatever it is
+    except Exception as error:  # noqa: BLE001 - one line, whatever it is (a signal's KeyboardInterrupt is not:
+        # it ends the command as a cancel, exit 5 — it once became "cannot connect …: KeyboardInterrupt")
         silent = no_answer(error, timeout)
         if silent:
             raise UsageFailure(f"{silent} ({redact_dsn(dsn)}): frozen or overloaded?") from None
