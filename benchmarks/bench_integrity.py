@@ -115,6 +115,15 @@ def _row(name, result, sent, clean, found, is_exact, seconds) -> str:
             f"{sum(sent.values())}{extra} [{per}]{took}\n    verdicts: {shown}\n")
 
 
+def zero_outcome(sim: Simulator, dsn: str, run_id: str) -> tuple[int, str, float]:
+    """(table-use list requests sent, verdict, rows expected) of a zero-day run's one listing."""
+    sent = sum(1 for e in sim.request_log() if e.path == PATH["ODS_TABLE_USE"])
+    with psycopg.connect(dsn) as conn:
+        verdict, expected = conn.execute(
+            "SELECT verdict, expected_rows FROM etl_meta.listing_reconcile WHERE run_id = %s", (run_id,)).fetchone()
+    return sent, verdict, expected
+
+
 def zero_day(server, lines: list) -> None:
     create_database(server.dsn("postgres"), "bench_integrity_zero", drop_first=True)
     dsn = server.dsn("bench_integrity_zero")
@@ -128,11 +137,7 @@ def zero_day(server, lines: list) -> None:
             sim.inject(PATH["ODS_TABLE_USE"], "zero_day", count=count, day=day)
             sim.clear_log()
             result = run(sim, dsn, 1, tasks=["ODS_TABLE_USE"], **{"integrity.zero_floor": floor})
-            sent = sum(1 for e in sim.request_log() if e.path == PATH["ODS_TABLE_USE"])
-            with psycopg.connect(dsn) as conn:
-                verdict, expected = conn.execute(
-                    "SELECT verdict, expected_rows FROM etl_meta.listing_reconcile WHERE run_id = %s",
-                    (result.run_id,)).fetchone()
+            sent, verdict, expected = zero_outcome(sim, dsn, result.run_id)
             lines.append(f"{name}\n    status {result.status}, list requests {sent} (clean: 1), verdict {verdict}, "
                          f"trailing weekday median {expected:g} rows\n")
     # a nightly window covers no whole day (yesterday 01:00 to now): judged against the same clock window 1..4
@@ -148,11 +153,7 @@ def zero_day(server, lines: list) -> None:
             sim.inject(PATH["ODS_TABLE_USE"], "zero_day", count=count, day=fmt(start)[:10])
             sim.clear_log()
             result = run(sim, dsn, 23 / 24, tasks=["ODS_TABLE_USE"], **{"integrity.zero_floor": 10})
-            sent = sum(1 for e in sim.request_log() if e.path == PATH["ODS_TABLE_USE"])
-            with psycopg.connect(dsn) as conn:
-                verdict, expected = conn.execute(
-                    "SELECT verdict, expected_rows FROM etl_meta.listing_reconcile WHERE run_id = %s",
-                    (result.run_id,)).fetchone()
+            sent, verdict, expected = zero_outcome(sim, dsn, result.run_id)
             lines.append(f"{name}\n    status {result.status}, list requests {sent} (clean: 1), verdict {verdict}, "
                          f"median of the same window 1..4 weeks back {expected:g} rows\n")
 

@@ -11,13 +11,12 @@
   (:func:`send_test`).
 """
 
-import importlib
-from typing import Any
+from feiqiu_etl.common.lazyface import lazy_face
 
-_FACE = {"ENV_FILE": "config", "ENV_URLS": "config", "AlertConfig": "config", "AlertsConfigError": "config",
-         "activate": "config", "active": "config", "load_alerts": "config", "reset": "config",
-         "after_freshness": "notify", "after_run": "notify", "after_sweep": "notify", "send_test": "notify",
-         "sweep_and_alert": "notify", "warm_up": "notify"}
+_FACE = {"ENV_FILE": ".config", "ENV_URLS": ".config", "AlertConfig": ".config", "AlertsConfigError": ".config",
+         "activate": ".config", "active": ".config", "load_alerts": ".config", "reset": ".config",
+         "after_freshness": ".notify", "after_run": ".notify", "after_sweep": ".notify", "send_test": ".notify",
+         "sweep_and_alert": ".notify", "warm_up": ".notify"}
 """The names of this face and the module each comes from: imported on first use (PEP 562), so that a command
 reading ``etl_meta.alert`` (:mod:`.record`) does not load the file model, Apprise's wrapper and the rules'
 texts (issue 27.6: read-only commands in under a second)."""
@@ -25,10 +24,4 @@ texts (issue 27.6: read-only commands in under a second)."""
 __all__ = sorted(_FACE)
 
 
-def __getattr__(name: str) -> Any:
-    module = _FACE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _FACE, globals())

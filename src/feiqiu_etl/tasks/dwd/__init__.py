@@ -8,8 +8,7 @@ Public API (warehouse-model §3–§5; spec §3.7):
   each table on its own connection and transaction, in parallel.
 """
 
-import importlib
-from typing import Any
+from feiqiu_etl.common.lazyface import lazy_face
 
 _FACE = {"DwdLoadContext": "feiqiu_etl.tasks.dwd.load_task", "DwdLoadTask": "feiqiu_etl.tasks.dwd.load_task",
          "DwdSummary": "feiqiu_etl.tasks.dwd.load_task", "DwdTableResult": "feiqiu_etl.tasks.dwd.load_task",
@@ -21,10 +20,4 @@ the watermark tables without loading the loaders (issue 27.6)."""
 __all__ = sorted(_FACE)
 
 
-def __getattr__(name: str) -> Any:
-    module = _FACE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _FACE, globals())
