@@ -414,7 +414,6 @@ KNOWN_LONG_MODULES = {
     "db/embedded/server.py": "embedded server; hardening branch (issue 28) edits it",
     "tasks/ods/task.py": "grew past 500 with issue 25 (reconciliation); to split",
     "tasks/ods/writer.py": "grew past 500 with issue 25 (deletion guard); to split",
-    "web/routes.py": "grew past 500 with issue 29 (overview, i18n); to split",
 }
 
 
