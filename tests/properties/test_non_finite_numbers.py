@@ -151,15 +151,15 @@ def test_the_commands_refuse_them_with_exit_2_before_any_work(args):
 
 @pytest.mark.parametrize("value", BAD + ["0", "-1", "8761"])
 def test_web_query_strings_refuse_them(value):
-    from feiqiu_etl.web.routes import BadRequest, _hours, _int
+    from feiqiu_etl.web.params import BadRequest, hours_param, int_param
 
     request = SimpleNamespace(query_params={"hours": value, "page": value})
     with pytest.raises(BadRequest) as info:
-        _hours(request, 26.0)
+        hours_param(request, 26.0)
     assert "\n" not in str(info.value)
     if value not in ("0", "-1", "8761"):
         with pytest.raises(BadRequest):
-            _int(request, "page", 1, -10, 10**7)
+            int_param(request, "page", 1, -10, 10**7)
 
 
 def test_the_readers_take_plain_numbers():

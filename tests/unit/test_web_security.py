@@ -3,7 +3,7 @@ per session, sessions that expire or are dropped, and where a login may send the
 
 from __future__ import annotations
 
-from feiqiu_etl.web.routes import safe_next as _safe_next
+from feiqiu_etl.web.params import safe_next as _safe_next
 from feiqiu_etl.web.security import Security, host_of, needs_token
 
 

@@ -15,10 +15,11 @@ enforces risk control (§2.2), can inject gateway and business faults (§2.1, §
         sim.advance(hours=24)             # a day of trading and edits (also POST /__sim/advance {"hours": 24})
         sim.minimum_requests(cfg.site_ids[0], start, end)   # what a perfect connector needs (POST /__sim/minimum)
 
-Module map: ``config`` (settings), ``catalog`` (endpoint table), ``state``/``master``/``events``/``timeline``
-(data generation), ``edits`` and ``dataset`` (live data and mutations), ``trading`` (time moving forward),
-``minimum`` (the requests the data needs), ``params`` (validation), ``risk`` (risk control), ``faults`` (fault
-injection), ``service`` (request handling), ``admin`` (the ``/__sim/`` endpoints), ``requestlog``, ``server`` (HTTP).
+Module map: ``config`` (settings), ``catalog`` (endpoint table), ``state``/``master``/``events``/``settlement``/
+``timeline`` (data generation), ``edits`` and ``dataset`` (live data and mutations), ``trading`` (time moving
+forward), ``minimum`` (the requests the data needs), ``params`` (validation), ``risk`` (risk control), ``faults``
+(fault injection), ``service`` (request handling), ``admin`` (the ``/__sim/`` endpoints), ``requestlog``,
+``server`` (HTTP).
 It is a test double: it must never bind a non-loopback address unless told to, nor print the token except in
 :func:`serve_forever`.
 """

@@ -313,7 +313,7 @@ class Dataset:
         has no active card."""
         from decimal import Decimal
 
-        from feiqiu_etl.simulator.events import make_balance_change, split_card_amount
+        from feiqiu_etl.simulator.events import Related, make_balance_change, split_card_amount
         from feiqiu_etl.simulator.values import parse_money
 
         with self._lock:
@@ -326,7 +326,7 @@ class Dataset:
             spend = min(Decimal(amount), parse_money(card["balance"]) + parse_money(card["giftBalance"]))
             principal, gift = split_card_amount(card, spend)
             store.put("ODS_MEMBER_BALANCE_CHANGE", make_balance_change(store, card, self._now, "CONSUME", -principal,
-                                                                      -gift, "", "", "card use"))
+                                                                      -gift, Related(remark="card use")))
             store.put("ODS_MEMBER", {**member, "points": member["points"] + max(1, int(spend))})
             return copy.deepcopy(store.get("ODS_MEMBER_CARD", card["cardId"]))
 

@@ -18,8 +18,8 @@ from decimal import Decimal
 from feiqiu_etl.simulator.catalog import VOLATILE_FIELDS
 from feiqiu_etl.simulator.events import (
     OPEN_METHODS,
-    SettlementPlan,
-    compose_settlement,
+    Payer,
+    Related,
     make_balance_change,
     make_coupon_usage,
     make_goods_line,
@@ -45,6 +45,7 @@ from feiqiu_etl.simulator.master import (
     make_package,
     make_table,
 )
+from feiqiu_etl.simulator.settlement import SettlementPlan, compose_settlement
 from feiqiu_etl.simulator.state import Record, Store
 from feiqiu_etl.simulator.values import NICKNAMES, STAFF, cents, fmt_date, fmt_time, money, parse_money
 
@@ -347,7 +348,8 @@ def _insert_payment(store: Store, now: datetime) -> Record:
     settlement = _some(store, "ODS_SETTLEMENT")
     method = store.rng.choice(OPEN_METHODS)
     amount = cents(store.rng.randint(10, 300))
-    return make_payment(store, now, "SETTLEMENT", str(settlement["settleId"]), method, amount, settlement["memberId"])
+    return make_payment(store, now, "SETTLEMENT", str(settlement["settleId"]), method, amount,
+                        Payer(settlement["memberId"]))
 
 
 def _insert_coupon_usage(store: Store, now: datetime) -> Record:
@@ -362,7 +364,7 @@ INSERTS: dict[str, Callable[[Store, datetime], Record]] = {
     "ODS_MEMBER": lambda s, now: make_member(s, now),
     "ODS_MEMBER_CARD": lambda s, now: make_card(s, _some(s, "ODS_MEMBER"), now),
     "ODS_MEMBER_BALANCE_CHANGE": lambda s, now: make_balance_change(
-        s, _some(s, "ODS_MEMBER_CARD"), now, "ADJUST", cents(5), cents(0), "", "", "人工调整（补录）", apply=False),
+        s, _some(s, "ODS_MEMBER_CARD"), now, "ADJUST", cents(5), cents(0), Related(remark="人工调整（补录）"), apply=False),
     "ODS_RECHARGE_ORDER": lambda s, now: make_recharge(s, now, _some(s, "ODS_MEMBER_CARD"), emit=False),
     "ODS_SETTLEMENT": _insert_settlement,
     "ODS_TABLE_USE": _insert_table_use,

@@ -8,6 +8,7 @@ What it is for: one function per record type returning a complete record with ev
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -264,25 +265,38 @@ def package_contents(store: Store, package_id: str, minutes: int, goods_contents
         goods = next((g for g in store.values("ODS_GOODS") if g["goodsName"] == goods_name), None)
         value = cents(GOODS_CATALOG[[g[0] for g in GOODS_CATALOG].index(goods_name)][2]) * qty
         remaining -= value
-        rows.append(_content(store, package_id, len(rows) + 1, "GOODS", goods["goodsId"] if goods else "",
-                             goods_name, qty, "瓶", value))
+        rows.append(_content(store, package_id, _Line("GOODS", goods["goodsId"] if goods else "", goods_name, qty,
+                                                      "瓶", value)))
     if assistant_minutes:
         value = min(remaining, cents(120 * assistant_minutes / 60))
         remaining -= value
-        rows.append(_content(store, package_id, len(rows) + 1, "ASSISTANT_TIME", "", "助教陪练", assistant_minutes,
-                             "分钟", value))
+        rows.append(_content(store, package_id, _Line("ASSISTANT_TIME", "", "助教陪练", assistant_minutes, "分钟",
+                                                      value)))
     if minutes:
         table_name = rng.choice(("中式台球桌", "斯诺克球台", "美式九球桌"))
-        rows.insert(0, _content(store, package_id, 0, "TABLE_TIME", "", table_name, minutes, "分钟", remaining))
+        rows.insert(0, _content(store, package_id, _Line("TABLE_TIME", "", table_name, minutes, "分钟", remaining)))
     for index, row in enumerate(rows, start=1):
         row["contentId"] = index
     return rows
 
 
-def _content(store: Store, package_id: str, content_id: int, kind: str, ref: str, name: str, qty: int, unit: str,
-             value: Decimal) -> Record:
-    return {"packageId": package_id, "contentId": content_id, "contentType": kind, "refId": ref, "name": name,
-            "qty": qty, "unit": unit, "valueAmount": money(store.rng, max(value, Decimal(0)))}
+@dataclass(frozen=True)
+class _Line:
+    """One §5.3 content row before it has a number: its type, the goods it refers to ("": none), name, quantity,
+    unit and value (a negative value counts as 0)."""
+
+    kind: str
+    ref: str
+    name: str
+    qty: int
+    unit: str
+    value: Decimal
+
+
+def _content(store: Store, package_id: str, line: _Line) -> Record:
+    """A §5.3 content row of ``package_id``; its ``contentId`` is given by :func:`package_contents` (0 until then)."""
+    return {"packageId": package_id, "contentId": 0, "contentType": line.kind, "refId": line.ref, "name": line.name,
+            "qty": line.qty, "unit": line.unit, "valueAmount": money(store.rng, max(line.value, Decimal(0)))}
 
 
 def make_coupon(store: Store, at: datetime | None = None) -> Record:

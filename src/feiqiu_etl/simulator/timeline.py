@@ -16,8 +16,7 @@ from typing import Any
 
 from feiqiu_etl.simulator.config import ScaleProfile
 from feiqiu_etl.simulator.events import (
-    SettlementPlan,
-    compose_settlement,
+    Related,
     make_balance_change,
     make_handover,
     make_recharge,
@@ -27,6 +26,7 @@ from feiqiu_etl.simulator.events import (
     make_table_use,
     make_verification,
 )
+from feiqiu_etl.simulator.settlement import SettlementPlan, compose_settlement
 from feiqiu_etl.simulator.state import Store
 from feiqiu_etl.simulator.values import ZERO, business_time, cents, fmt_time, parse_money, random_time_between
 
@@ -206,7 +206,7 @@ class Timeline:
             principal, bonus, remark = cents(store.rng.choice((-5, 5, 10))), ZERO, "人工调整（收银差错）"
             principal = max(principal, -parse_money(card["balance"]))
         store.put("ODS_MEMBER_BALANCE_CHANGE",
-                  make_balance_change(store, card, event.at, kind, principal, bonus, "", "", remark))
+                  make_balance_change(store, card, event.at, kind, principal, bonus, Related(remark=remark)))
 
     def _on_table(self, event: Event) -> None:
         store = self.store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -142,3 +143,19 @@ NICKNAMES = (
 )
 
 STAFF = ("前台-小周", "前台-小林", "收银-阿芳", "店长-王磊", "夜班-小陈", "前台-莉莉")
+
+
+def staff_member(rng: random.Random) -> tuple[int, str]:
+    """One of :data:`STAFF`, drawn from ``rng``: ``(staffId, name)``, the ids from 11 on."""
+    index = rng.randrange(len(STAFF))
+    return 11 + index, STAFF[index]
+
+
+def whole_minutes(delta: timedelta) -> int:
+    """``delta`` in whole minutes, rounded down; 0 for a negative span."""
+    return max(int(delta.total_seconds() // 60), 0)
+
+
+def money_sum(values: Iterable[str]) -> Decimal:
+    """The sum of money strings (``"12.50"`` …) as a Decimal; ``ZERO`` for none."""
+    return sum((parse_money(v) for v in values), ZERO)

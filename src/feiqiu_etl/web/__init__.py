@@ -1,7 +1,8 @@
 """The admin web page (``feiqiu-etl web``): runs, one run with its lane timeline, live lanes with Cancel,
 and freshness, plus the JSON API the pages use.
 
-Layout: :mod:`.app` (routes, Starlette), :mod:`.security` (token, session cookie, CSRF, host check),
+Layout: :mod:`.app` (assembly, Starlette), :mod:`.routes` (the pages and the route table), :mod:`.api` (the
+JSON API), :mod:`.params` (query parameters), :mod:`.security` (token, session cookie, CSRF, host check),
 :mod:`.live` (one database poller feeding every open Live page over server-sent events), :mod:`.queries`
 (the few reads the run registry does not offer), :mod:`.timeline` (the server-drawn SVG chart),
 :mod:`.format` (template filters), ``templates/`` (Jinja2, autoescaped) and ``static/`` (our own CSS and

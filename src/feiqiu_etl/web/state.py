@@ -1,8 +1,9 @@
 """``AppState``: what every route handler of the web page shares — settings, access rules, the connection pool,
 the templates and the live feed — built once per application by :func:`feiqiu_etl.web.app.create_app`.
 
-Handlers (:mod:`.routes`) find it as ``request.app.state.web``. It opens nothing when built: the pool opens when
-the application starts (:meth:`AppState.lifespan`) and closes, with the live feed, when it stops.
+Handlers (:mod:`.routes`, :mod:`.api`) find it as ``request.app.state.web`` (:func:`app_state`). It opens
+nothing when built: the pool opens when the application starts (:meth:`AppState.lifespan`) and closes, with the
+live feed, when it stops.
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ class AppState:
             self.watchdog.stop()
             await run_in_threadpool(self.pool.close, 2.0)
             await run_in_threadpool(self.writer.close, 2.0)
+
+
+def app_state(request: Request) -> AppState:
+    """The :class:`AppState` of the application serving ``request`` (``request.app.state.web``)."""
+    return request.app.state.web
 
 
 def _templates(lang: str, settings: "WebSettings | None" = None) -> Environment:
