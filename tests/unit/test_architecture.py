@@ -424,7 +424,6 @@ KNOWN_LONG_MODULES = {
     "db/embedded/server.py": "embedded server; hardening branch (issue 28) edits it",
     "simulator/events.py": "integrity/deletions branches (issue 25) edit the simulator",
     "config/settings.py": "grew past 500 with issue 25 (integrity settings); to split",
-    "tasks/ods/writer.py": "grew past 500 with issue 25 (deletion guard); to split",
     "web/routes.py": "grew past 500 with issue 29 (overview, i18n); to split",
 }
 
