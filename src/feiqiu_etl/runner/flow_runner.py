@@ -46,7 +46,7 @@ from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
 from feiqiu_etl.registry.late import database_identity
 from feiqiu_etl.statistics import RunStatistics
 from feiqiu_etl.tasks.ods.reconcile import IntegrityRules
-from feiqiu_etl.tasks.ods.task import ApiConventions, TaskContext
+from feiqiu_etl.tasks.ods.context import ApiConventions, TaskContext
 
 log = logging.getLogger("feiqiu_etl.run")
 

@@ -174,6 +174,23 @@ class OdsProcessor:
             if isinstance(nxt, PipelineRequest) and emit is not None:
                 emit(nxt)
                 nxt = None
+        keys, signature = self._page_rows(req, records, layout, fetched_at, out)
+        if self.fields is not None:
+            self.fields.page(layout.table, records)
+        if out.errors and self.snapshot is not None:
+            self.snapshot.problem("a record could not be processed")
+        attempt = req.context.get("attempt", 1)
+        if self.snapshot is not None:
+            self.snapshot.page(total, keys, short, attempt)
+        if digest is None:
+            nxt = self._next_page(req, records, short, hash_text("\n".join(signature)), decision)
+        self._after_page(req, out, nxt, decision, attempt)
+        return out
+
+    def _page_rows(self, req: PipelineRequest, records: list, layout: TableLayout, fetched_at: datetime,
+                   out: ProcessOutput) -> tuple[list[tuple], list[str]]:
+        """The page's rows into ``out.rows`` (a bad record into ``out.errors``, counted as ``out.rejected``);
+        returns the good rows' keys and the page's signature (a content hash or an error text per record)."""
         keys: list[tuple] = []
         signature: list[str] = []
         wants_detail = self.spec.detail is not None
@@ -190,15 +207,13 @@ class OdsProcessor:
             signature.append(row.content_hash)
             out.rows.append(row)
         out.rejected = len(out.errors)  # bad records (a pagination error below is no record)
-        if self.fields is not None:
-            self.fields.page(layout.table, records)
-        if out.errors and self.snapshot is not None:
-            self.snapshot.problem("a record could not be processed")
-        attempt = req.context.get("attempt", 1)
-        if self.snapshot is not None:
-            self.snapshot.page(total, keys, short, attempt)
-        if digest is None:
-            nxt = self._next_page(req, records, short, hash_text("\n".join(signature)), decision)
+        return keys, signature
+
+    def _after_page(self, req: PipelineRequest, out: ProcessOutput, nxt: PipelineRequest | str | None,
+                    decision: str | None, attempt: int) -> None:
+        """What follows the page, into ``out``: listing ``attempt + 1`` from page 1 (REFETCH), the next page
+        ``nxt``, or an error text (``nxt`` a string, or a blocking verdict at the listing's END) that also
+        marks the snapshot incomplete."""
         if decision == REFETCH:  # after this page's snapshot bookkeeping: the new listing starts clean
             if self.snapshot is not None:
                 self.snapshot.restart(attempt + 1)
@@ -213,7 +228,6 @@ class OdsProcessor:
                 self.snapshot.problem(nxt)
         elif nxt is not None:
             out.follow_ups.append(nxt)
-        return out
 
     def _reconcile(self, req: PipelineRequest, records: list, total: Any, short: bool,
                    layout: TableLayout) -> str | None:

@@ -4,7 +4,9 @@ Per batch, ONE transaction, sent in ONE round trip (psycopg pipeline mode: ``BEG
 table, ``COMMIT``, then a single sync). For each table, keys are de-duplicated (the last occurrence wins)
 and the rows travel as column arrays (``unnest``) into one ``INSERT … SELECT … ON CONFLICT … DO UPDATE …
 WHERE content_hash IS DISTINCT FROM … OR is_deleted``, which writes only new or changed rows and reports
-how many were inserted and updated. Everything else is skipped (not rewritten).
+how many were inserted and updated. Everything else is skipped (not rewritten). The statement is built by
+:mod:`feiqiu_etl.tasks.ods.upsert_sql`; the soft deletes are :mod:`feiqiu_etl.tasks.ods.soft_delete`'s, a
+snapshot's through the deletion guard (:mod:`feiqiu_etl.tasks.ods.deletions`).
 
 For tasks with Detail_Mode, inserted/updated parents become detail requests (not-yet-requested ids
 only; with ``defer_details`` none: they are only recorded, for a later part of the run) and are recorded in
@@ -31,13 +33,14 @@ from datetime import datetime
 from typing import Any, Iterable
 
 import psycopg
-from psycopg import postgres, sql
-from psycopg.adapt import Dumper
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from feiqiu_etl.connector.spec import OdsTaskSpec
 from feiqiu_etl.pipeline.models import PipelineRequest, WriteResult
+from feiqiu_etl.tasks.ods import soft_delete
 from feiqiu_etl.tasks.ods.rows import DetailDone, DetailFailed, OdsRow, TableLayout
-from feiqiu_etl.connector.spec import OdsTaskSpec, split_table
+from feiqiu_etl.tasks.ods.upsert_sql import TextBytes, batch_arrays, upsert_sql
 
 
 def detail_request(spec: OdsTaskSpec, record: dict, *, scope: Any = None) -> PipelineRequest:
@@ -65,32 +68,6 @@ def detail_request(spec: OdsTaskSpec, record: dict, *, scope: Any = None) -> Pip
 # stopped (immediate)"), the writer reconnected and went on, but the batches committed in the last ~200 ms
 # before the crash were gone while the run believed them written, and their segment was checkpointed later.
 # A commit that returned must be durable, because the run continues past a reconnect.
-
-
-class _TextBytes(Dumper):
-    """Send ``bytes`` that hold UTF-8 text as a text parameter, as they are (no decode, no bytea escaping)."""
-
-    oid = postgres.types["text"].oid
-
-    def dump(self, obj: bytes) -> bytes:
-        return obj
-
-
-def _literal(values: list, sql_type: str) -> str:
-    """A PostgreSQL array literal (``'{1,2}'``, ``'{"a","b\\"c"}'``) of ints, strings or aware datetimes;
-    None is NULL. Strings are double-quoted with ``\\`` and ``"`` escaped; ISO datetimes need no quotes."""
-    if sql_type in ("bigint", "integer"):
-        return "{" + ",".join([str(v) for v in values]) + "}"
-    if sql_type == "timestamptz":
-        seen: dict[datetime, str] = {}  # fetched_at is one object per page
-        parts = []
-        for v in values:
-            text = seen.get(v) if v is not None else "NULL"
-            if text is None:
-                text = seen[v] = v.isoformat()
-            parts.append(text)
-        return "{" + ",".join(parts) + "}"
-    return "{" + ",".join(['"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
 
 
 def parent_key(value: Any) -> str:
@@ -232,12 +209,12 @@ class OdsWriter:
         result.skipped += len(rows) - len(latest)  # superseded within the batch (last one wins)
         parents = self.spec.detail is not None and layout.table == self.spec.table
         statement = self._statement(layout, parents)
-        arrays, payloads = self._arrays(layout, list(latest.values()))
+        arrays, payloads = batch_arrays(layout, list(latest.values()))
         params = [self.run_id, *arrays, payloads]  # in the order of the statement's placeholders
         if parents:  # the stored rows of these keys, read before the upsert (drift-only changes)
             params = arrays[:1 + len(layout.keys)] + params
         cur = self.conn.cursor()
-        cur.adapters.register_dumper(bytes, _TextBytes)  # this cursor only: the payload array is UTF-8 text
+        cur.adapters.register_dumper(bytes, TextBytes)  # this cursor only: the payload array is UTF-8 text
         cur.execute(statement, params)
 
         def tally(inserted: int, updated: int, unchanged: int) -> None:
@@ -266,123 +243,17 @@ class OdsWriter:
 
         return finish
 
-    def _arrays(self, layout: TableLayout, rows: list[OdsRow]) -> tuple[list[str], str]:
-        """The batch as PostgreSQL array literals, one per column of ``_columns`` but the payload, and the
-        payloads as ONE JSON array (UTF-8 bytes, sent as text: see ``_TextBytes``). Built with string joins: dumping Python lists element by element
-        was the writer's largest cost (profile in benchmarks/results/vs_peers.txt)."""
-        columns = [_literal([r.site_id for r in rows], "bigint")]
-        for i, k in enumerate(layout.keys):
-            columns.append(_literal([r.keys[i] for r in rows], k.sql_type))
-        for i, k in enumerate(layout.extra):
-            columns.append(_literal([r.extra[i] for r in rows], k.sql_type))
-        if layout.window_column:
-            columns.append(_literal([r.window for r in rows], "timestamptz"))
-        columns.append("{" + ",".join([r.content_hash for r in rows]) + "}")  # hex digests: nothing to quote
-        columns.append(_literal([r.fetched_at for r in rows], "timestamptz"))
-        payloads = [r.payload if type(r.payload) is bytes else r.payload.encode("utf-8") for r in rows]
-        return columns, b"[" + b",".join(payloads) + b"]"
-
-    def _columns(self, layout: TableLayout) -> list[tuple[str, str]]:
-        """(column, SQL type) of the unnest arrays, in ``_arrays`` order (the payload travels apart)."""
-        cols = [("site_id", "bigint"), *((k.column, k.sql_type) for k in layout.keys),
-                *((k.column, k.sql_type) for k in layout.extra)]
-        if layout.window_column:
-            cols.append((layout.window_column, "timestamptz"))
-        return cols + [("content_hash", "text"), ("fetched_at", "timestamptz")]
-
     def _statement(self, layout: TableLayout, parents: bool) -> sql.Composed:
         key = (layout.table, parents)
         cached = self._statements.get(key)
         if cached is None:
-            cached = self._statements[key] = self._upsert_sql(layout, parents)
+            cached = self._statements[key] = upsert_sql(self.spec, self.connector, layout, parents)
         return cached
-
-    def _upsert_sql(self, layout: TableLayout, parents: bool) -> sql.Composed:
-        """One statement: unnest the column arrays (and the payload array, by position), upsert by key, count
-        (or, for detail parents, list with a no-detail-needed flag) the rows written. Key types come from the
-        closed ``SqlKeyType`` list."""
-        schema, name = split_table(layout.table)
-        target = sql.Identifier(schema, name)
-        owes = layout.table == self.spec.table and bool(self.spec.owes_details)
-        typed = self._columns(layout)
-        conflict = ["site_id", *layout.key_columns]
-        columns = [c for c, _ in typed] + ["payload", "run_id"]
-        updatable = [c for c in columns if c not in conflict]
-        sets = [sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in updatable]
-        sets += [sql.SQL("is_deleted = false"), sql.SQL("deleted_at = NULL")]
-        arrays = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(t)) for _, t in typed)
-        alias = sql.SQL(", ").join(sql.Identifier(c) for c, _ in typed)
-        select = sql.SQL(", ").join([sql.SQL("s.{}").format(sql.Identifier(c)) for c, _ in typed]
-                                    + [sql.SQL("j.payload::jsonb"), sql.SQL("%s")])
-        keys = sql.SQL(", ").join(sql.Identifier(c) for c in conflict)
-        same = sql.SQL(" AND ").join(sql.SQL("o.{c} = s.{c}").format(c=sql.Identifier(c)) for c in conflict)
-        # The payloads travel as ONE json text: only the rows that are new or changed are parsed into jsonb,
-        # and an unchanged live row is dropped before the upsert (no row lock, no WAL: a re-run writes nothing).
-        upsert = sql.SQL(
-            "INSERT INTO {target} AS t ({cols}) SELECT {select} FROM unnest({arrays}) WITH ORDINALITY AS s({alias}, n) "
-            "JOIN json_array_elements(%s::json) WITH ORDINALITY AS j(payload, n) USING (n) "
-            "WHERE NOT EXISTS (SELECT 1 FROM {target} o WHERE {same} AND o.content_hash = s.content_hash "
-            "AND NOT o.is_deleted) "
-            "ON CONFLICT ({conflict}) DO UPDATE SET {sets} "
-            "WHERE t.content_hash IS DISTINCT FROM EXCLUDED.content_hash OR t.is_deleted "
-            "RETURNING (xmax = 0) AS inserted, {ret}"
-        ).format(
-            target=target, cols=sql.SQL(", ").join(map(sql.Identifier, columns)), select=select,
-            arrays=arrays, alias=alias, conflict=keys, sets=sql.SQL(", ").join(sets), same=same,
-            ret=sql.SQL(", ").join([keys, sql.SQL("t.payload")] if parents or owes else [keys]),
-        )
-        if not parents:
-            owed = sql.SQL("").join(sql.SQL(", {} AS ({})").format(sql.Identifier(f"owed_{i}"), self._owe_sql(
-                rule, sql.SQL("SELECT DISTINCT w.site_id, w.payload ->> {} AS k FROM w").format(
-                    sql.Literal(rule.parent_field)))) for i, rule in enumerate(self.spec.owes_details if owes else ()))
-            return sql.SQL("WITH w AS ({}){} SELECT count(*) FILTER (WHERE inserted), count(*) FROM w").format(
-                upsert, owed)
-        # Detail parents: the stored payload before this statement (one snapshot for the whole WITH) tells a
-        # change that needs no detail: both payloads without the volatile fields (Q11) are equal once the new
-        # one also drops the fields the old one lacked (schema drift). Each part is left out when the task's
-        # detail.refetch_on_* asks for a detail anyway.
-        match = sql.SQL(" AND ").join(sql.SQL("p.{c} = w.{c}").format(c=sql.Identifier(c)) for c in conflict)
-        old_keys = sql.SQL(" AND ").join(
-            sql.SQL("o.{c} = ANY(%s::{t}[])").format(c=sql.Identifier(c), t=sql.SQL(t))
-            for c, t in typed[:len(conflict)])
-        detail = self.spec.detail
-        volatile = () if detail.refetch_on_volatile else self.spec.volatile_fields
-        ignore = (sql.SQL(" - ARRAY[{}]::text[]").format(sql.SQL(", ").join(map(sql.Literal, volatile)))
-                  if volatile else sql.SQL(""))
-        new_fields = sql.SQL("") if detail.refetch_on_new_fields else sql.SQL(
-            " - ARRAY(SELECT jsonb_object_keys(w.payload) EXCEPT SELECT jsonb_object_keys(p.payload))")
-        return sql.SQL(
-            "WITH prev AS MATERIALIZED (SELECT {okeys}, o.payload, o.is_deleted FROM {target} o WHERE {old_keys}), "
-            "w AS ({upsert}) "
-            "SELECT w.inserted, COALESCE(NOT p.is_deleted AND (p.payload{ignore}) = (w.payload{ignore}){new_fields}, "
-            "false), {wkeys} FROM w LEFT JOIN prev p ON {match}"
-        ).format(okeys=sql.SQL(", ").join(sql.SQL("o.{}").format(sql.Identifier(c)) for c in conflict),
-                 target=target, old_keys=old_keys, upsert=upsert, match=match, ignore=ignore, new_fields=new_fields,
-                 wkeys=sql.SQL(", ").join(sql.SQL("w.{}").format(sql.Identifier(c)) for c in conflict))
-
-    # ------------------------------------------------------------------ details another task's rows make due
-    def _owe_sql(self, rule, changed: sql.Composable) -> sql.Composed:
-        """An INSERT of ``etl_meta.detail_pending`` rows for the live parents (``rule``: an ``OwedParent``) that
-        the rows of ``changed`` (a query of ``site_id, k``: the parent key as text) name, with the parent's stored
-        list record as the request's record; an entry already owed stays as it is (issue 25 part 6)."""
-        schema, name = split_table(rule.parent_table)
-        return sql.SQL(
-            "INSERT INTO etl_meta.detail_pending (connector, task_code, site_id, parent_key, record, attempts) "
-            "SELECT {conn}, {task}, p.site_id, p.{pk}::text, p.payload, 0 FROM {parents} p "
-            "JOIN ({changed}) c ON c.site_id = p.site_id AND c.k = p.{pk}::text WHERE NOT p.is_deleted "
-            "ON CONFLICT (connector, task_code, site_id, parent_key) DO NOTHING"
-        ).format(conn=sql.Literal(self.connector), task=sql.Literal(rule.parent_task), pk=sql.Identifier(
-            rule.parent_key.column), parents=sql.Identifier(schema, name), changed=changed)
 
     def owe_for_deleted(self, site_id: int, deleted_at: datetime) -> None:
         """The parents' details that rows of this task soft-deleted at ``deleted_at`` make due (in the caller's
-        transaction)."""
-        schema, name = split_table(self.spec.table)
-        for rule in self.spec.owes_details:
-            self.conn.execute(self._owe_sql(rule, sql.SQL(
-                "SELECT DISTINCT d.site_id, d.payload ->> {f} AS k FROM {t} d WHERE d.site_id = %s AND d.is_deleted "
-                "AND d.deleted_at = %s").format(f=sql.Literal(rule.parent_field), t=sql.Identifier(schema, name))),
-                (site_id, deleted_at))
+        transaction; :func:`~feiqiu_etl.tasks.ods.soft_delete.owe_for_deleted`)."""
+        soft_delete.owe_for_deleted(self.conn, self.spec, self.connector, site_id, deleted_at)
 
     # ------------------------------------------------------------------ details
     def _queue_details(self, rows: Iterable[OdsRow], changed: set, result: WriteResult) -> None:
@@ -446,8 +317,8 @@ class OdsWriter:
             return
         layout = self.layouts[marker.table]
         assert layout.parent is not None
-        result.deleted += self._soft_delete_missing(
-            layout, marker.site_id, marker.seen, marker.fetched_at, parent=(layout.parent.column, marker.parent_value))
+        result.deleted += soft_delete.soft_delete_missing(
+            self.conn, layout, marker.site_id, marker.seen, marker.fetched_at, parent=(layout.parent.column, marker.parent_value))
         key = (self.connector, marker.task_code, marker.site_id, marker.parent_key)
         self.conn.execute("DELETE FROM etl_meta.detail_pending WHERE connector = %s AND task_code = %s "
                           "AND site_id = %s AND parent_key = %s", key)
@@ -483,7 +354,8 @@ class OdsWriter:
         transaction; returns the number of rows marked. Only call after a provably complete snapshot;
         ``complete_at`` records that snapshot as the task's freshness (``etl_meta.snapshot_done``)."""
         with self.conn.transaction():
-            deleted = self._soft_delete_missing(self.layouts[self.spec.table], site_id, list(seen_keys), deleted_at)
+            deleted = soft_delete.soft_delete_missing(self.conn, self.layouts[self.spec.table], site_id,
+                                                      list(seen_keys), deleted_at)
             if complete_at is not None:
                 self._snapshot_done(site_id, complete_at)
             return deleted
@@ -504,37 +376,7 @@ class OdsWriter:
             return outcome
 
     def _snapshot_done(self, site_id: int, complete_at: datetime) -> None:
-        self.conn.execute(
-            "INSERT INTO etl_meta.snapshot_done (connector, task_code, site_id, completed_at, run_id) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (connector, task_code, site_id) DO UPDATE SET "
-            "completed_at = EXCLUDED.completed_at, run_id = EXCLUDED.run_id",
-            (self.connector, self.spec.code, site_id, complete_at, self.run_id))
-
-    def _soft_delete_missing(self, layout: TableLayout, site_id: int, seen: list[tuple], deleted_at: datetime,
-                             parent: tuple[str, Any] | None = None) -> int:
-        """``is_deleted = true`` for live rows of the site (and parent) whose key is not in ``seen``.
-        Composite keys are compared column by column (ENGINE-NOTES)."""
-        schema, name = split_table(layout.table)
-        keys = layout.keys
-        arrays = [[k[i] for k in seen] for i in range(len(keys))]
-        unnest = sql.SQL(", ").join(sql.SQL("%s::{}[]").format(sql.SQL(k.sql_type)) for k in keys)
-        alias = sql.SQL(", ").join(map(sql.Identifier, (k.column for k in keys)))
-        match = sql.SQL(" AND ").join(
-            sql.SQL("s.{c} = t.{c}").format(c=sql.Identifier(k.column)) for k in keys)
-        scope = sql.SQL("")
-        params: list[Any] = [deleted_at, site_id]
-        if parent is not None:
-            scope = sql.SQL(" AND t.{} = %s").format(sql.Identifier(parent[0]))
-            params.append(parent[1])
-        query = sql.SQL(
-            "WITH u AS (UPDATE {t} AS t SET is_deleted = true, deleted_at = %s "
-            "WHERE t.site_id = %s{scope} AND NOT t.is_deleted "
-            "AND NOT EXISTS (SELECT 1 FROM unnest({unnest}) AS s({alias}) WHERE {match}) RETURNING 1) "
-            "SELECT count(*) FROM u"  # a count that also reads back in pipeline mode (rowcount does not)
-        ).format(t=sql.Identifier(schema, name), scope=scope, unnest=unnest, alias=alias, match=match)
-        with self.conn.cursor() as cur:
-            cur.execute(query, (*params, *arrays))
-            return cur.fetchone()[0]
+        soft_delete.record_snapshot_done(self.conn, self.connector, self.spec.code, site_id, complete_at, self.run_id)
 
     def checkpoint_window(self, site_id: int, start: datetime, end: datetime) -> None:
         """Record ``[start, end)`` of this task and site as completely committed (resume from gaps)."""
