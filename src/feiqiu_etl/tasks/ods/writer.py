@@ -348,22 +348,12 @@ class OdsWriter:
             given_up.append(failure.parent_key)
 
     # ------------------------------------------------------------------ snapshot soft delete
-    def mark_missing_as_deleted(self, site_id: int, seen_keys: Iterable[tuple], deleted_at: datetime,
-                                *, complete_at: datetime | None = None) -> int:
-        """Soft-delete live rows of ``site_id`` whose key was not seen (warehouse-model §2.3). One
-        transaction; returns the number of rows marked. Only call after a provably complete snapshot;
-        ``complete_at`` records that snapshot as the task's freshness (``etl_meta.snapshot_done``)."""
-        with self.conn.transaction():
-            deleted = soft_delete.soft_delete_missing(self.conn, self.layouts[self.spec.table], site_id,
-                                                      list(seen_keys), deleted_at)
-            if complete_at is not None:
-                self._snapshot_done(site_id, complete_at)
-            return deleted
-
     def guarded_delete(self, site_id: int, seen_keys: Iterable[tuple], deleted_at: datetime, rules,
                        *, complete_at: datetime | None = None):
-        """:meth:`mark_missing_as_deleted` through the deletion guard (:mod:`feiqiu_etl.tasks.ods.deletions`,
-        ``rules`` a ``GuardRules``): one transaction; returns its ``GuardOutcome`` (rows deleted, held back)."""
+        """Soft-delete live rows of ``site_id`` whose key was not seen (warehouse-model §2.3) through the deletion
+        guard (:mod:`feiqiu_etl.tasks.ods.deletions`, ``rules`` a ``GuardRules``): one transaction; returns its
+        ``GuardOutcome`` (rows deleted, held back). Only call after a provably complete snapshot; ``complete_at``
+        records that snapshot as the task's freshness (``etl_meta.snapshot_done``)."""
         from feiqiu_etl.tasks.ods.deletions import Snapshot, guard_snapshot
 
         snapshot = Snapshot(self.connector, self.spec.code, site_id, self.run_id, frozenset(seen_keys), deleted_at)
