@@ -16,7 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from feiqiu_etl import jsonfast
-from feiqiu_etl.pipeline.unified_pipeline import GIL_SWITCH_INTERVAL, _short_gil_switch
+from feiqiu_etl.pipeline.gil_switch import GIL_SWITCH_INTERVAL, short_gil_switch
 
 scalars = st.one_of(
     st.none(), st.booleans(),
@@ -83,8 +83,8 @@ def _types(value):
 
 def test_a_run_lowers_the_gil_switch_interval_and_restores_it():
     before = sys.getswitchinterval()
-    with _short_gil_switch():
-        with _short_gil_switch():
+    with short_gil_switch():
+        with short_gil_switch():
             assert sys.getswitchinterval() == min(before, GIL_SWITCH_INTERVAL)
         assert sys.getswitchinterval() == min(before, GIL_SWITCH_INTERVAL)  # still one run active
     assert sys.getswitchinterval() == before
