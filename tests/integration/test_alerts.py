@@ -258,22 +258,19 @@ def test_alerts_test_sends_a_sample_to_each_target_or_the_one_named(tmp_path):
 
 
 def test_a_store_failing_n_runs_in_a_row_alerts_once_when_the_streak_reaches_n(pg_dsn):
-    from feiqiu_etl.alerts import activate, load_alerts, reset
+    from feiqiu_etl.alerts import load_alerts
     from flowkit import options, run_opts
 
     with Simulator(sim_config(seed=47)) as sim, WebhookReceiver() as hook:
         path = Path("alerts-streak.yaml")  # (the test runs in its own empty folder)
         path.write_text("alerts:\n  rules: {consecutive_failures: 2, stale_hours: null}\n"
                         "  targets: [{name: hook, url_env: FQ_ALERT_HOOK}]\n", encoding="utf-8")
-        activate(load_alerts(path, {"FQ_ALERT_HOOK": hook.url}))
-        try:
-            results = []
-            for token in ("fq_wrong", "fq_wrong", "fq_wrong", None):
-                opts = options(sim, tasks=["ODS_PAYMENT"])
-                opts.token = token or sim.config.token
-                results.append(run_opts(opts, pg_dsn))
-        finally:
-            reset()
+        alerts = load_alerts(path, {"FQ_ALERT_HOOK": hook.url})  # the runs' own configuration (RunRequest.alerts)
+        results = []
+        for token in ("fq_wrong", "fq_wrong", "fq_wrong", None):
+            opts = options(sim, tasks=["ODS_PAYMENT"])
+            opts.token = token or sim.config.token
+            results.append(run_opts(opts, pg_dsn, alerts=alerts))
     assert [r.status for r in results] == ["FAILED", "FAILED", "FAILED", "SUCCESS"]
     assert [[a["reasons"] for a in r.alerts] for r in results] == [
         [["FAILED", "TOKEN_REFUSED"]], [["FAILED", "TOKEN_REFUSED", "CONSECUTIVE_FAILURES"]],

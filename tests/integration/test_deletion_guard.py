@@ -40,13 +40,11 @@ def holds(dsn: str) -> list[tuple]:
 
 @pytest.fixture
 def hook(monkeypatch):
-    from feiqiu_etl.alerts import reset
-
+    """A receiver the runs alert through ``FEIQIU_ALERT_URLS`` (a run given no configuration reads the
+    environment's when it starts)."""
     with WebhookReceiver() as receiver:
         monkeypatch.setenv("FEIQIU_ALERT_URLS", receiver.url)
-        reset()
         yield receiver
-    reset()
 
 
 def test_three_empty_snapshots_delete_nothing_end_partial_alert_once_and_leave_no_scd2_trace(pg_dsn, hook):

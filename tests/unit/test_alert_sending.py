@@ -101,6 +101,28 @@ def test_alert_urls_are_separated_by_whitespace_newlines_or_semicolons_and_keep_
     assert split_urls("") == [] and split_urls(" ;\n ") == []
 
 
+def test_a_runs_alert_configuration_is_its_own_and_none_means_no_alerts(monkeypatch, caplog):
+    """Issue 26: no process-global alert state. A configuration is passed where it is used; the default reads
+    the environment each time it is resolved; None sends nothing even when the environment names a target."""
+    from feiqiu_etl.alerts import FROM_ENVIRONMENT, after_freshness, after_run, resolve
+
+    one = load_alerts(None, {"FEIQIU_ALERT_URLS": "json://127.0.0.1:1/one"})
+    two = load_alerts(None, {"FEIQIU_ALERT_URLS": "json://127.0.0.1:2/two"})
+    assert resolve(one) is one and resolve(two) is two and resolve(None) is None
+    monkeypatch.delenv("FEIQIU_ALERTS", raising=False)
+    monkeypatch.delenv("FEIQIU_ALERT_URLS", raising=False)
+    assert resolve(FROM_ENVIRONMENT) is None
+    monkeypatch.setenv("FEIQIU_ALERT_URLS", "json://127.0.0.1:3/env")
+    assert [t.url for t in resolve(FROM_ENVIRONMENT).targets] == ["json://127.0.0.1:3/env"]
+    assert after_run("postgresql://x@127.0.0.1:1/x", _summary(), config=None) == []
+    assert after_freshness(None, "feiqiu", [], 26.0, config=None) == []
+    monkeypatch.setenv("FEIQIU_ALERT_URLS", f"nope://{SECRET}")
+    with caplog.at_level("WARNING", logger="feiqiu_etl.alerts"):
+        assert resolve(FROM_ENVIRONMENT) is None and resolve(FROM_ENVIRONMENT) is None
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("alerts are off")]
+    assert len(warned) <= 1 and all(SECRET not in w for w in warned)
+
+
 def test_redact_and_scrub_never_show_a_secret():
     urls = [f"json://user:{SECRET}@127.0.0.1:9000/hook/{SECRET}?token={SECRET}", f"feishu://{SECRET}",
             f"dingtalk://{SECRET}@{SECRET}x", f"wecombot://{SECRET}", f"mailto://u:{SECRET}@127.0.0.1:25?to=a@b.c",

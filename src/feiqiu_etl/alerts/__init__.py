@@ -1,6 +1,8 @@
 """Alerts: tell someone when a night's run went wrong or data stopped moving (issue 18).
 
 * :mod:`.config` — the ``alerts:`` file (``--alerts FILE`` / ``FEIQIU_ALERTS``) and ``FEIQIU_ALERT_URLS``;
+* :mod:`.choice` — which configuration a run or command uses (given, none, or the environment's): owned by
+  the run, never process-global;
 * :mod:`.rules` — which facts raise which reason (FAILED, PARTIAL, INTERRUPTED, TIMEOUT, TOKEN_REFUSED,
   STORE_REFUSED, BANNED, CONSECUTIVE_FAILURES, STALE);
 * :mod:`.messages` — the texts, in English or Chinese;
@@ -13,8 +15,9 @@
 
 from feiqiu_etl.common.lazyface import lazy_face
 
-_FACE = {"ENV_FILE": ".config", "ENV_URLS": ".config", "AlertConfig": ".config", "AlertsConfigError": ".config",
-         "activate": ".config", "active": ".config", "load_alerts": ".config", "reset": ".config",
+_FACE = {"ENV_FILE": ".config", "ENV_URLS": ".config", "AlertChoice": ".config", "AlertConfig": ".config",
+         "AlertsConfigError": ".config", "FROM_ENVIRONMENT": ".choice", "from_environment": ".config",
+         "load_alerts": ".config", "resolve": ".config",
          "after_freshness": ".notify", "after_run": ".notify", "after_sweep": ".notify", "send_test": ".notify",
          "sweep_and_alert": ".notify", "warm_up": ".notify"}
 """The names of this face and the module each comes from: imported on first use (PEP 562), so that a command

@@ -44,10 +44,11 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from feiqiu_etl.alerts.choice import FromEnvironment
 from feiqiu_etl.alerts.rules import RULE_NAMES
 from feiqiu_etl.common.yamldoc import Strict, load_definition
 
@@ -214,9 +215,7 @@ def load_alerts(path: str | Path | None, environ: Mapping[str, str] | None = Non
                        model.attempts, source)
 
 
-_UNSET = object()
-_active: object = _UNSET
-_warned: set[str] = set()
+_warned: set[str] = set()  # invalid environment configurations already logged (each once per process)
 _lock = threading.Lock()
 
 
@@ -230,30 +229,23 @@ def split_urls(text: str) -> list[str]:
     return [u.strip(",") for u in _URL_SEPARATOR.split(text) if u.strip(",")]
 
 
-def activate(config: AlertConfig | None) -> None:
-    """Use ``config`` for the rest of this process (the CLI validates ``--alerts`` before anything starts)."""
-    global _active
-    with _lock:
-        _active = config
+AlertChoice = Union[AlertConfig, None, FromEnvironment]
+"""An alert configuration (None: no alerts) or :data:`~feiqiu_etl.alerts.choice.FROM_ENVIRONMENT`."""
 
 
-def reset() -> None:
-    """Forget :func:`activate`: :func:`active` reads the environment again (tests)."""
-    global _active
-    with _lock:
-        _active = _UNSET
-        _warned.clear()
+def resolve(choice: AlertChoice) -> AlertConfig | None:
+    """``choice`` itself, or the environment's configuration (:func:`from_environment`) for
+    :data:`~feiqiu_etl.alerts.choice.FROM_ENVIRONMENT`."""
+    return from_environment() if isinstance(choice, FromEnvironment) else choice
 
 
-def active() -> AlertConfig | None:
-    """The configuration of this process: the one :func:`activate` set, else the environment's
-    (``FEIQIU_ALERTS`` file and ``FEIQIU_ALERT_URLS``). An invalid one is logged once (WARNING) and gives
-    None here: a command that is not about alerts never fails because of them."""
-    with _lock:
-        if _active is not _UNSET:
-            return _active  # type: ignore[return-value]
+def from_environment(environ: Mapping[str, str] | None = None) -> AlertConfig | None:
+    """The configuration of the environment ``environ`` (default ``os.environ``): the ``FEIQIU_ALERTS`` file and
+    ``FEIQIU_ALERT_URLS``, read on every call. An invalid one is logged once per process (WARNING) and gives None
+    here: a command that is not about alerts never fails because of them."""
+    env = os.environ if environ is None else environ
     try:
-        return load_alerts(os.environ.get(ENV_FILE) or None)
+        return load_alerts(env.get(ENV_FILE) or None, env)
     except AlertsConfigError as exc:
         with _lock:
             first = str(exc) not in _warned

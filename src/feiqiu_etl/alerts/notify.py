@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable
 import psycopg
 
 from feiqiu_etl.alerts import record, rules
-from feiqiu_etl.alerts.config import AlertConfig, active
+from feiqiu_etl.alerts.choice import FROM_ENVIRONMENT
+from feiqiu_etl.alerts.config import AlertChoice, AlertConfig, resolve
 from feiqiu_etl.alerts.messages import run_message, test_message
 from feiqiu_etl.alerts.sending import Delivery, deliver
 from feiqiu_etl.errortext import one_line
@@ -32,10 +33,11 @@ log = logging.getLogger("feiqiu_etl.alerts")
 HOST = socket.gethostname()
 
 
-def warm_up(config: AlertConfig | None = None) -> None:
+def warm_up(config: AlertChoice = FROM_ENVIRONMENT) -> None:
     """Load Apprise (about a second: it imports its plugins) in a daemon thread while the run works, so that
-    sending at the run's end spends only the bound, not the import. Does nothing without alerts."""
-    cfg = config if config is not None else active()
+    sending at the run's end spends only the bound, not the import. Does nothing without alerts (``config``
+    None, or :data:`~feiqiu_etl.alerts.choice.FROM_ENVIRONMENT` and none in the environment)."""
+    cfg = resolve(config)
     if cfg is None:
         return
 
@@ -49,12 +51,13 @@ def warm_up(config: AlertConfig | None = None) -> None:
 
 
 def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psycopg.Connection] | None = None,
-              config: AlertConfig | None = None, read_history: bool = True) -> list[dict[str, Any]]:
+              config: AlertChoice = FROM_ENVIRONMENT, read_history: bool = True) -> list[dict[str, Any]]:
     """Evaluate and send the alerts about a finished run (``summary``: ``RunResult.to_dict()``, already
     recorded): its status and reasons, each store's streak of failed runs, and the freshness of every
     (store, task) it planned. Returns the deliveries for ``run --json`` (``alerts``). ``read_history`` False
-    (the database is away, or a signal ended the run): no connection at all, the run's own reasons are sent."""
-    cfg = config if config is not None else active()
+    (the database is away, or a signal ended the run): no connection at all, the run's own reasons are sent.
+    ``config``: the run's alert configuration (None: none; default: the environment's)."""
+    cfg = resolve(config)
     if cfg is None:
         return []
     since = time.monotonic()  # the bound covers reading the history too
@@ -75,11 +78,12 @@ def after_run(dsn: str, summary: dict[str, Any], *, connect: Callable[[str], psy
         _close(conn)
 
 
-def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertConfig | None = None) -> None:
-    """Alert about runs just marked INTERRUPTED (``registry.sweep_interrupted``, on ``conn``): once each,
-    however many processes sweep (the sweep marks a run once; the record is claimed once)."""
+def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertChoice = FROM_ENVIRONMENT) -> None:
+    """Alert about runs just marked INTERRUPTED (``registry.sweep_interrupted``, on ``conn``) to ``config``
+    (None: nobody; default: the environment's): once each, however many processes sweep (the sweep marks a run
+    once; the record is claimed once)."""
     ids = list(run_ids)
-    cfg = config if config is not None else (active() if ids else None)
+    cfg = resolve(config) if ids else None
     if cfg is None:
         return
     from feiqiu_etl import registry
@@ -97,26 +101,28 @@ def after_sweep(conn: psycopg.Connection, run_ids: Iterable[str], config: AlertC
             _rollback(conn)
 
 
-def sweep_and_alert(conn: psycopg.Connection, stale_after: float = 30.0) -> list[str]:
+def sweep_and_alert(conn: psycopg.Connection, stale_after: float = 30.0,
+                    config: AlertChoice = FROM_ENVIRONMENT) -> list[str]:
     """:func:`feiqiu_etl.registry.late.record_late` (the records kept because the database did not answer when
     their run ended are written first), :func:`feiqiu_etl.registry.sweep_interrupted` (vanished runs →
-    ``INTERRUPTED``), then :func:`after_sweep` about the runs this sweep marked: once each, since only this sweep
-    marked them (its UPDATE is conditional). What every command that opens the database calls; returns the run
-    ids marked."""
+    ``INTERRUPTED``), then :func:`after_sweep` about the runs this sweep marked, to ``config`` (the command's or
+    the run's alert configuration; default: the environment's): once each, since only this sweep marked them
+    (its UPDATE is conditional). What every command that opens the database calls; returns the run ids marked."""
     from feiqiu_etl import registry
     from feiqiu_etl.registry.late import record_late
 
     record_late(conn)
     marked = registry.sweep_interrupted(conn, stale_after)
     if marked:
-        after_sweep(conn, marked)
+        after_sweep(conn, marked, config)
     return marked
 
 
 def after_freshness(conn: psycopg.Connection, connector: str, rows: list[dict], hours: float,
-                    config: AlertConfig | None = None) -> list[dict[str, Any]]:
-    """``STALE`` alerts for the stale ``rows`` of a freshness check (each store/task once per age)."""
-    cfg = config if config is not None else active()
+                    config: AlertChoice = FROM_ENVIRONMENT) -> list[dict[str, Any]]:
+    """``STALE`` alerts for the stale ``rows`` of a freshness check (each store/task once per age) to ``config``
+    (None: nobody; default: the environment's)."""
+    cfg = resolve(config)
     if cfg is None or cfg.rules.stale_hours is None:
         return []
     return dispatch(conn, cfg, rules.stale_findings(connector, rows, hours), None, None)

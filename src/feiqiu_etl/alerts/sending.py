@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 from tenacity.stop import stop_base
@@ -182,58 +182,83 @@ def deliver(jobs: Sequence[tuple[object, Message]], *, timeout: float, attempts:
     if send is notify_once:
         import apprise  # noqa: F401 - the first import loads its plugins (about a second): not on the clock
 
-    start = time.monotonic() if since is None else since
-    deadline = start + timeout
+    bound = _Bound(send, time.monotonic() if since is None else since, timeout, attempts)
     out: list[Delivery | None] = [None] * len(jobs)
     tries = [0] * len(jobs)
 
     def work(i: int, target, message: Message) -> None:
-        def attempt() -> None:
-            tries[i] += 1
-            left = deadline - time.monotonic()
-            if left < MIN_ATTEMPT:
-                raise _OutOfTime()
-            send(target.url, message, left)
-
-        def wait(state) -> float:  # exponential, never past the deadline
-            return max(0.0, min(base(state), deadline - time.monotonic() - MIN_ATTEMPT))
-
-        base = wait_exponential(multiplier=0.25, max=2.0)
-        try:
-            for tried in Retrying(stop=stop_after_attempt(attempts) | _past(deadline), wait=wait,
-                                  retry=retry_if_exception_type(SendFailed), reraise=True):
-                with tried:
-                    attempt()
-            error = None
-        except _OutOfTime:
-            error = f"no answer within {timeout:g} s"
-        except (SendFailed, RetryError) as exc:
-            error = str(exc) or exc.__class__.__name__
-        except Exception as exc:  # noqa: BLE001 - never escapes a worker
-            error = scrub(clean(f"{exc.__class__.__name__}: {exc}"), target.url)
-        if time.monotonic() > deadline and error is None:
-            error = f"answered after the {timeout:g} s bound"
-        out[i] = Delivery(target.label, error is None, error, round(time.monotonic() - start, 3), tries[i], _now())
+        out[i] = bound.sent(target, message, tries, i)
 
     workers = [threading.Thread(target=work, args=(i, t, m), name=f"alert-{i}", daemon=True)
                for i, (t, m) in enumerate(jobs)]
     for w in workers:
         w.start()
     for w in workers:
-        w.join(max(0.0, deadline - time.monotonic()))
+        w.join(max(0.0, bound.deadline - time.monotonic()))
     results = []
-    for i, (target, _) in enumerate(jobs):
+    for i, (target, message) in enumerate(jobs):
         d = out[i]
         if d is None:  # still waiting for an answer: abandoned (a daemon thread, its sockets time out too)
-            d = Delivery(target.label, False, f"no answer within {timeout:g} s", round(time.monotonic() - start, 3),
-                         max(tries[i], 1), _now())
+            d = Delivery(target.label, False, f"no answer within {timeout:g} s",
+                         round(time.monotonic() - bound.start, 3), max(tries[i], 1), _now())
         results.append(d)
-        if d.ok:
-            log.info("alert sent to %s in %.2f s (%s)", d.target, d.latency_s, ", ".join(jobs[i][1].reasons))
-        else:
-            log.warning("alert to %s failed after %d attempt(s), %.2f s: %s", d.target, d.attempts, d.latency_s,
-                        d.error)
+        _log_delivery(d, message)
     return results
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """One :func:`deliver` call: ``send`` one attempt, at most ``attempts`` per job, every job within ``timeout``
+    seconds from ``start`` (monotonic s)."""
+
+    send: Callable[[str, Message, float], None]
+    start: float
+    timeout: float
+    attempts: int
+
+    @property
+    def deadline(self) -> float:
+        return self.start + self.timeout
+
+    def sent(self, target, message: Message, tries: list[int], i: int) -> Delivery:
+        """Send ``message`` to ``target``, retried within the bound (``tries[i]`` counts the attempts, read by
+        :func:`deliver` for a job it abandons); never raises."""
+        deadline = self.deadline
+
+        def attempt() -> None:
+            tries[i] += 1
+            left = deadline - time.monotonic()
+            if left < MIN_ATTEMPT:
+                raise _OutOfTime()
+            self.send(target.url, message, left)
+
+        def wait(state) -> float:  # exponential, never past the deadline
+            return max(0.0, min(base(state), deadline - time.monotonic() - MIN_ATTEMPT))
+
+        base = wait_exponential(multiplier=0.25, max=2.0)
+        try:
+            for tried in Retrying(stop=stop_after_attempt(self.attempts) | _past(deadline), wait=wait,
+                                  retry=retry_if_exception_type(SendFailed), reraise=True):
+                with tried:
+                    attempt()
+            error = None
+        except _OutOfTime:
+            error = f"no answer within {self.timeout:g} s"
+        except (SendFailed, RetryError) as exc:
+            error = str(exc) or exc.__class__.__name__
+        except Exception as exc:  # noqa: BLE001 - never escapes a worker
+            error = scrub(clean(f"{exc.__class__.__name__}: {exc}"), target.url)
+        if time.monotonic() > deadline and error is None:
+            error = f"answered after the {self.timeout:g} s bound"
+        return Delivery(target.label, error is None, error, round(time.monotonic() - self.start, 3), tries[i], _now())
+
+
+def _log_delivery(d: Delivery, message: Message) -> None:
+    if d.ok:
+        log.info("alert sent to %s in %.2f s (%s)", d.target, d.latency_s, ", ".join(message.reasons))
+    else:
+        log.warning("alert to %s failed after %d attempt(s), %.2f s: %s", d.target, d.attempts, d.latency_s,
+                    d.error)
 
 
 class _OutOfTime(Exception):

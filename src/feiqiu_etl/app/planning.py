@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import psycopg
 
+from feiqiu_etl.alerts.choice import FROM_ENVIRONMENT
+from feiqiu_etl.alerts.config import AlertChoice
 from feiqiu_etl.app.database import db_error
 from feiqiu_etl.app.errors import CancelledEarly, UsageFailure
 from feiqiu_etl.common.lanes import lane_key
@@ -36,13 +38,14 @@ def prepare_inputs(options):
     return inputs
 
 
-def plan_run(inputs, conn: psycopg.Connection, *, now=None):
-    """Prepare the database (DDL, vanished runs → INTERRUPTED), read history and build the plan."""
+def plan_run(inputs, conn: psycopg.Connection, *, now=None, alerts: AlertChoice = FROM_ENVIRONMENT):
+    """Prepare the database (DDL, vanished runs → INTERRUPTED and alerted to ``alerts``: the run's alert
+    configuration, default the environment's), read history and build the plan."""
     from feiqiu_etl.plan import build_plan, read_history
     from feiqiu_etl.runner.flow_runner import prepare_database
 
     stale = inputs.settings.run.stale_after
-    prepare_database(conn, inputs.connector, stale_after=stale)
+    prepare_database(conn, inputs.connector, stale_after=stale, alerts=alerts)
     keys = [(s.code, store.site_id) for lane in inputs.lanes for store in lane.stores for s in lane.specs]
     lanes = [lane_key(inputs.connector.name, lane.token.value) for lane in inputs.lanes]
     history = read_history(conn, inputs.connector.name, keys, lanes)
@@ -60,7 +63,8 @@ class Planned:
 
 
 def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection],
-                 cancellation: CancellationToken | None, invocation, *, now=None) -> Planned:
+                 cancellation: CancellationToken | None, invocation, *, now=None,
+                 alerts: AlertChoice = FROM_ENVIRONMENT) -> Planned:
     """:func:`plan_run` with the run's database bounds: on a connection of its own that the database watchdog
     watches, retried after a lost connection (DDL and reads: idempotent), given up after ``db.unavailable_limit``.
     A database that stops answering here ends the run FAILED (exit 7) with its record kept for later
@@ -80,7 +84,7 @@ def plan_bounded(inputs, dsn: str, connect: Callable[[str], psycopg.Connection],
 
     def planning(conn: psycopg.Connection):
         out.database = database_identity(conn)
-        return plan_run(inputs, conn, now=now)
+        return plan_run(inputs, conn, now=now, alerts=alerts)
 
     try:
         out.plan = health.slot().run(planning)

@@ -13,6 +13,8 @@ from typing import Any, Callable, ContextManager
 
 import psycopg
 
+from feiqiu_etl.alerts.choice import FROM_ENVIRONMENT
+from feiqiu_etl.alerts.config import AlertChoice, resolve
 from feiqiu_etl.app.database import check_database, connector_for, database, db_error
 from feiqiu_etl.app.errors import CancelledEarly, DatabaseLost, UsageFailure
 from feiqiu_etl.app.planning import plan_bounded, prepare_inputs
@@ -38,7 +40,10 @@ class RunRequest:
     server, started here and stopped at the end; without any, the request is a :class:`UsageFailure`.
     ``cancellation`` stops the run gracefully (the CLI's signals, a Dagster termination, ``--timeout``);
     ``watch`` observes it. ``abortable``, ``client_factory`` and ``heartbeat`` (s) go to the runner's wiring
-    (:class:`~feiqiu_etl.runner.flow_runner.RunnerWiring`; None: the defaults and the settings)."""
+    (:class:`~feiqiu_etl.runner.flow_runner.RunnerWiring`; None: the defaults and the settings). ``alerts`` is
+    where the run's alerts go (the CLI's ``--alerts``, already validated; None: no alerts; default: the
+    environment's ``FEIQIU_ALERTS``/``FEIQIU_ALERT_URLS``, read once when the run starts): the run's own, never
+    shared with another run of the process."""
 
     options: Any
     invocation: Invocation = field(default_factory=Invocation)
@@ -49,6 +54,7 @@ class RunRequest:
     abortable: bool = True
     client_factory: Callable[..., Any] | None = None
     heartbeat: float | None = None
+    alerts: AlertChoice = FROM_ENVIRONMENT
 
 
 def run(request: RunRequest):
@@ -63,6 +69,7 @@ def run(request: RunRequest):
     if not dsn and request.embedded is None:
         raise UsageFailure("no database: set ETL_DB_DSN (or pass a DSN); a run in this process never starts an "
                            "embedded server")
+    alerts = resolve(request.alerts)
     db_timeout = inputs.settings.db.connect_timeout
     connect = connector_for(db_timeout, DbLimits.of(inputs.settings.db))
     cancellation = request.cancellation
@@ -70,12 +77,13 @@ def run(request: RunRequest):
         if cancellation is not None and cancellation.is_cancelled:
             raise CancelledEarly("cancelled while starting PostgreSQL; nothing was run")
         check_database(real_dsn, cancellation, db_timeout)
-        planned = plan_bounded(inputs, real_dsn, connect, cancellation, request.invocation, now=request.options.now)
+        planned = plan_bounded(inputs, real_dsn, connect, cancellation, request.invocation, now=request.options.now,
+                               alerts=alerts)
         if planned.result is not None:
             return planned.result
         kw = {"client_factory": request.client_factory} if request.client_factory is not None else {}
         wiring = RunnerWiring(connect, heartbeat=request.heartbeat or inputs.settings.run.heartbeat_seconds,
-                              abortable=request.abortable, database=planned.database, **kw)
+                              abortable=request.abortable, database=planned.database, alerts=alerts, **kw)
         runner = FlowRunner(planned.plan, real_dsn, invocation=request.invocation, cancellation=cancellation,
                             wiring=wiring)
         watch = request.watch or (lambda _runner, _settings: contextlib.nullcontext())

@@ -64,7 +64,7 @@ def freshness(fleet_path, site_ids, hours, fail_stale, connector_path, alerts_pa
     --fail-stale 8 when some scheduled store/task is older than --hours or never loaded, and when no store is
     named (--site-id, --fleet) and none was ever loaded."""
     setup_logging(verbose, log_format)
-    from feiqiu_etl.alerts import active, after_freshness
+    from feiqiu_etl.alerts import after_freshness
     from feiqiu_etl.connector import ConnectorError, load_connector
     from feiqiu_etl.registry.freshness import freshness_report
 
@@ -75,11 +75,10 @@ def freshness(fleet_path, site_ids, hours, fail_stale, connector_path, alerts_pa
     from feiqiu_etl.cli.options import parse_ids
 
     schedule = schedule_for(fleet_path, connector, parse_ids(site_ids, "--site-id"))
-    use_alerts(alerts_path)
-    config = active()
+    config = use_alerts(alerts_path)
     if hours is None:
         hours = (config.rules.stale_hours if config is not None else None) or DEFAULT_STALE_HOURS
-    with warehouse(dsn, demo) as conn:
+    with warehouse(dsn, demo, config) as conn:
         report = freshness_report(conn, connector.name, schedule, hours)
         report["alerts"] = after_freshness(conn, connector.name, report["rows"], hours, config) if config else []
     if as_json:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import click
 import psycopg
 
 from feiqiu_etl import logs
+from feiqiu_etl.alerts.choice import FROM_ENVIRONMENT
 from feiqiu_etl.formats import use_display_zone
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings, read_dotenv
 from feiqiu_etl.config.settings import flags as setting_flags
@@ -23,6 +24,9 @@ from feiqiu_etl.app.database import check_database, connector_for, database
 from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl import registry
 from feiqiu_etl.textsafe import escape, terminal_json
+
+if TYPE_CHECKING:
+    from feiqiu_etl.alerts.config import AlertChoice
 
 
 def _root_obj() -> dict:
@@ -130,13 +134,14 @@ def redacted_args(params: dict[str, Any]) -> dict[str, Any]:
     return redact_args(params)
 
 
-def use_alerts(path: str | None) -> None:
-    """Validate the alerts file ``path`` and ``FEIQIU_ALERT_URLS`` and use them in this process; an invalid
+def use_alerts(path: str | None):
+    """The command's alert configuration (:class:`~feiqiu_etl.alerts.AlertConfig`, None without a target): the
+    alerts file ``path`` and ``FEIQIU_ALERT_URLS``, validated; the command passes it to what it runs. An invalid
     one is a :class:`UsageFailure` (one line naming the file and the field, exit 2) before anything starts."""
-    from feiqiu_etl.alerts import AlertsConfigError, activate, load_alerts
+    from feiqiu_etl.alerts import AlertsConfigError, load_alerts
 
     try:
-        activate(load_alerts(path))
+        return load_alerts(path)
     except AlertsConfigError as exc:
         raise UsageFailure(str(exc)) from None
 
@@ -284,10 +289,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="print JSON o
 
 
 @contextlib.contextmanager
-def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connection]:
-    """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED. ``dsn`` is
-    the ``--dsn`` flag (else ``$ETL_DB_DSN``, else the embedded server); ``demo`` opens the demo's database on
-    the embedded server instead."""
+def warehouse(dsn: str | None, demo: bool = False,
+              alerts: AlertChoice = FROM_ENVIRONMENT) -> Iterator[psycopg.Connection]:
+    """The warehouse connection of an operations command: schemas ensured, vanished runs INTERRUPTED (alerted to
+    ``alerts``: the command's configuration, default the environment's). ``dsn`` is the ``--dsn`` flag (else
+    ``$ETL_DB_DSN``, else the embedded server); ``demo`` opens the demo's database on the embedded server
+    instead."""
     from feiqiu_etl.alerts import sweep_and_alert
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
@@ -306,7 +313,7 @@ def warehouse(dsn: str | None, demo: bool = False) -> Iterator[psycopg.Connectio
         try:
             with connect(real_dsn) as conn, watchdog.track(conn, "command"):
                 ensure_schemas(conn)
-                sweep_and_alert(conn, stale)
+                sweep_and_alert(conn, stale, alerts)
                 yield conn
         except psycopg.Error as exc:
             from feiqiu_etl.db.connection import scrub

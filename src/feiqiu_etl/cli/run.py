@@ -35,9 +35,9 @@ def run(ctx, timeout, wait_for_lane, as_json, no_progress, alerts_path, verbose,
     """Run the flow: every lane (token) at once, each strictly serial, then DWD."""
     setup_logging(verbose, log_format)
     options = to_run_options(p, timeout, wait_for_lane)
-    use_alerts(alerts_path)
+    alerts = use_alerts(alerts_path)
     args = redacted_args({**p, "timeout": timeout, "wait_for_lane": wait_for_lane, "alerts": alerts_path})
-    request = RunRequest(options, Invocation(command="run", args=args), embedded=DEFAULT_DATABASE)
+    request = RunRequest(options, Invocation(command="run", args=args), embedded=DEFAULT_DATABASE, alerts=alerts)
     result = run_with_signals(request, progress=not no_progress)
     emit(result, as_json)
     sys.exit(result.exit_code)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,9 @@ from feiqiu_etl.registry import state as bookkeeping
 from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.formats import UPSTREAM_ZONE, when
 from feiqiu_etl.textsafe import escape
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 WINDOW_ZONE = f"window times are {UPSTREAM_ZONE} (+08:00), the upstream's zone"
 MAX_RANGES = 4
@@ -150,7 +153,7 @@ def _render(data: dict[str, Any]) -> None:
     column; ``holes`` only when some task has one. When a store's table is still
     too wide, each task is a block of lines instead: the task and its first finished range, the other ranges and
     holes under it, then its horizon, snapshot and owed details."""
-    from feiqiu_etl.cli.views.console import fits, fitted, header_zone, stdout_console
+    from feiqiu_etl.cli.views.console import header_zone, stdout_console
 
     console = stdout_console()
     for h in data.get("held_deletions") or []:  # issue 25: soft deletions the deletion guard held back
@@ -164,46 +167,59 @@ def _render(data: dict[str, Any]) -> None:
     # one zone per column (issue 27): a windowed task's horizon is a window time (the upstream's zone, as the title
     # says), a snapshot task's last snapshot an instant in the display zone, named in its header
     zone = header_zone(t["snapshot_at"] for t in data["tasks"] if t["kind"] != "windowed")
-    snap = f"snapshot ({zone})" if zone else "snapshot"
     for site in sorted({t["site_id"] for t in data["tasks"]}):
-        tasks = [t for t in data["tasks"] if t["site_id"] == site]
-        rows = [{"task": t["task"], "finished": _ranges(t["finished"]), "holes": _ranges(t["holes"]),
-                 "horizon": _day(t["horizon"]) if t["kind"] == "windowed" else "-",
-                 snap: "-" if t["kind"] == "windowed" else when(t["snapshot_at"], seconds=False, offset=zone is None),
-                 "owed": str(t["owed_details"])} for t in tasks]
-        columns = ["task", "finished", *(["holes"] if any(t["holes"] for t in tasks) else []), "horizon", snap,
-                   "owed"]
-        table, _ = fitted(rows, columns, (), console.width, left=("task", "finished", "holes", "horizon", snap))
-        console.print(f"store {site} ({WINDOW_ZONE})", style="bold")
-        if fits(table, console.width):
-            console.print(table)
-            continue
-        for row in rows:  # too wide: one block per task, every value whole, the first finished range beside it
-            finished = row["finished"].plain.splitlines() or ["-"]
-            console.print(f"{row['task']}  {finished[0]}")
-            for line in finished[1:]:
-                console.print(f"  {'':<9} {line}")
-            if "holes" in columns:
-                for n, line in enumerate(row["holes"].plain.splitlines()):
-                    console.print(f"  {'holes' if n == 0 else '':<9} {line}")
-            console.print(f"  horizon {row['horizon']}  {snap} {row[snap]}  owed {row['owed']}")
+        _render_store(console, site, [t for t in data["tasks"] if t["site_id"] == site], zone)
     for t in data["tasks"]:  # why a hole is one (issue 25: a listing that stayed short)
         for h in t["holes"]:
             if h.get("reason"):
                 say(f"hole {_day(h['start'])} → {_day(h['end'])} of store {t['site_id']} {t['task']}: {h['reason']}")
     if data["dwd"]:
-        zone = header_zone([*(w["watermark"] for w in data["dwd"]), *(w.get("updated_at") for w in data["dwd"])])
-        stamp = lambda v: when(v, seconds=False, offset=zone is None)  # noqa: E731
-        cols = [f"watermark ({zone})" if zone else "watermark", "run", "updated"]
-        rows = [{"table": w["table"], cols[0]: stamp(w["watermark"]), "run": w.get("run_id") or "-",
-                 "updated": stamp(w.get("updated_at"))} for w in data["dwd"]]
-        table, _ = fitted(rows, ["table", *cols], ("updated", "run"), console.width, left=("table", *cols))
-        console.print("DWD watermarks (rows changed after them load next)", style="bold")
-        console.print(table)
+        _render_watermarks(console, data["dwd"])
     for r in data["resets"][:5]:
         span = f"{_day(r['range_start'])} → {_day(r['range_end'])}" if r["range_start"] or r["range_end"] else "all"
         say(f"reset #{r['id']} at {when(r['reset_at'])} by {r['os_user']}@{r['host']}: store {r['site_id']} "
             f"{r['task']} ({span}){' + DWD watermarks' if r['dwd'] else ''}")
+
+
+def _render_store(console: Console, site: int, tasks: list[dict[str, Any]], zone: str | None) -> None:
+    """Store ``site``'s table of ``tasks`` (snapshot times in ``zone``, None: each with its offset), or one block
+    of lines per task when the table is too wide for the terminal."""
+    from feiqiu_etl.cli.views.console import fits, fitted
+
+    snap = f"snapshot ({zone})" if zone else "snapshot"
+    rows = [{"task": t["task"], "finished": _ranges(t["finished"]), "holes": _ranges(t["holes"]),
+             "horizon": _day(t["horizon"]) if t["kind"] == "windowed" else "-",
+             snap: "-" if t["kind"] == "windowed" else when(t["snapshot_at"], seconds=False, offset=zone is None),
+             "owed": str(t["owed_details"])} for t in tasks]
+    columns = ["task", "finished", *(["holes"] if any(t["holes"] for t in tasks) else []), "horizon", snap, "owed"]
+    table, _ = fitted(rows, columns, (), console.width, left=("task", "finished", "holes", "horizon", snap))
+    console.print(f"store {site} ({WINDOW_ZONE})", style="bold")
+    if fits(table, console.width):
+        console.print(table)
+        return
+    for row in rows:  # too wide: one block per task, every value whole, the first finished range beside it
+        finished = row["finished"].plain.splitlines() or ["-"]
+        console.print(f"{row['task']}  {finished[0]}")
+        for line in finished[1:]:
+            console.print(f"  {'':<9} {line}")
+        if "holes" in columns:
+            for n, line in enumerate(row["holes"].plain.splitlines()):
+                console.print(f"  {'holes' if n == 0 else '':<9} {line}")
+        console.print(f"  horizon {row['horizon']}  {snap} {row[snap]}  owed {row['owed']}")
+
+
+def _render_watermarks(console: Console, dwd: list[dict[str, Any]]) -> None:
+    """The DWD watermarks table (times in one zone when they share it, named in the header)."""
+    from feiqiu_etl.cli.views.console import fitted, header_zone
+
+    zone = header_zone([*(w["watermark"] for w in dwd), *(w.get("updated_at") for w in dwd)])
+    stamp = lambda v: when(v, seconds=False, offset=zone is None)  # noqa: E731
+    cols = [f"watermark ({zone})" if zone else "watermark", "run", "updated"]
+    rows = [{"table": w["table"], cols[0]: stamp(w["watermark"]), "run": w.get("run_id") or "-",
+             "updated": stamp(w.get("updated_at"))} for w in dwd]
+    table, _ = fitted(rows, ["table", *cols], ("updated", "run"), console.width, left=("table", *cols))
+    console.print("DWD watermarks (rows changed after them load next)", style="bold")
+    console.print(table)
 
 
 # --------------------------------------------------------------------------------------------------- reset

@@ -30,7 +30,7 @@ from feiqiu_etl.dagster.checks import (COMPLETE, CheckVerdict, fresh_check_name,
                                        read_freshness)
 from feiqiu_etl.dagster.outcome import judge_dwd, judge_ods
 from feiqiu_etl.dagster.step import check_result, materialize_result, run_in_step, warehouse, warn_unlimited_pool
-from feiqiu_etl.plan.fleet import FleetError, LaneModel, load_fleet
+from feiqiu_etl.plan.fleet import FleetError, FleetModel, LaneModel, load_fleet
 from feiqiu_etl.plan.inputs import RunOptions
 from feiqiu_etl.plan.fleet import schedule_from_fleet
 from feiqiu_etl.registry.freshness import DEFAULT_STALE_HOURS, Schedule
@@ -157,23 +157,8 @@ def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
     Raises :class:`FleetDefinitionsError` (one line) for a bad fleet or connector file, lane names that clash
     once made identifiers, or unknown ``run_options``.
     """
-    given = fleet if isinstance(fleet, FleetSettings) else FleetSettings(str(fleet))
-    settings = dataclasses.replace(given, fleet_path=str(given.fleet_path), overrides=dict(given.overrides),
-                                   run_options=dict(given.run_options))
-    fleet_path = settings.fleet_path
-    bad = sorted(set(settings.run_options) - _RUN_OPTION_FIELDS) + sorted(set(settings.run_options) & _OWNED_OPTIONS)
-    if bad:
-        raise FleetDefinitionsError(f"run_options: {bad[0]!r} is not a RunOptions field this module lets you set")
-    try:
-        fleet = load_fleet(fleet_path)
-        connector = load_connector(settings.connector_path)
-        scheduled = schedule_from_fleet(fleet_path, [t.code for t in connector.tasks])
-    except (FleetError, ConnectorError) as exc:
-        raise FleetDefinitionsError(str(exc)) from None
-    idents = [_ident(lane.name) for lane in fleet.lanes]
-    if len(set(idents)) != len(idents):
-        raise FleetDefinitionsError(f"{fleet_path}: lane names {', '.join(lane.name for lane in fleet.lanes)} clash "
-                                    "once '-' becomes '_' (Dagster names)")
+    settings = _settings(fleet)
+    fleet, connector, scheduled = _load(settings)
     env = settings.env()
     assets, jobs, schedules, checks = [], [], [], []
     status = dg.DefaultScheduleStatus.RUNNING if schedule.running else dg.DefaultScheduleStatus.STOPPED
@@ -191,14 +176,9 @@ def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
     dwd = _dwd_asset(settings, [a.key for a in assets])
     assets.append(dwd)
     jobs.append(dg.define_asset_job("feiqiu_dwd", selection=[dwd], description="DWD load from what ODS holds"))
-    freshness = dg.define_asset_job("feiqiu_freshness", selection=dg.AssetSelection.checks(*checks),
-                                    description="The freshness checks of every store, on their own")
+    freshness, hourly = _freshness_job(checks, schedule, status)
     jobs.append(freshness)
-    schedules.append(dg.ScheduleDefinition(name="feiqiu_freshness_hourly", job=freshness,
-                                           cron_schedule=schedule.freshness_cron,
-                                           execution_timezone=schedule.timezone, default_status=status,
-                                           description="Every store's freshness checks (stale data shows even "
-                                                       "when no run comes)"))
+    schedules.append(hourly)
     sensor = dg.AutomationConditionSensorDefinition(
         "feiqiu_dwd_after_ods", target=dg.AssetSelection.assets(DWD_KEY),
         default_status=dg.DefaultSensorStatus.RUNNING if schedule.running else dg.DefaultSensorStatus.STOPPED,
@@ -206,6 +186,48 @@ def build_definitions(fleet: str | os.PathLike | FleetSettings, *,
     # one step per run: running it in the run worker itself saves a process per run (and its imports)
     return dg.Definitions(assets=assets, asset_checks=checks, jobs=jobs, schedules=schedules, sensors=[sensor],
                           executor=dg.in_process_executor)
+
+
+def _settings(fleet: str | os.PathLike | FleetSettings) -> FleetSettings:
+    """``fleet`` as :class:`FleetSettings` of plain values (a path string, dicts); raises
+    :class:`FleetDefinitionsError` for ``run_options`` that are not RunOptions fields or are this module's own."""
+    given = fleet if isinstance(fleet, FleetSettings) else FleetSettings(str(fleet))
+    settings = dataclasses.replace(given, fleet_path=str(given.fleet_path), overrides=dict(given.overrides),
+                                   run_options=dict(given.run_options))
+    bad = sorted(set(settings.run_options) - _RUN_OPTION_FIELDS) + sorted(set(settings.run_options) & _OWNED_OPTIONS)
+    if bad:
+        raise FleetDefinitionsError(f"run_options: {bad[0]!r} is not a RunOptions field this module lets you set")
+    return settings
+
+
+def _load(settings: FleetSettings) -> tuple[FleetModel, Connector, Schedule]:
+    """The fleet, the connector and the fleet's task schedule; raises :class:`FleetDefinitionsError` (one line)
+    for a bad fleet or connector file, or lane names that clash once made Dagster identifiers."""
+    fleet_path = settings.fleet_path
+    try:
+        fleet = load_fleet(fleet_path)
+        connector = load_connector(settings.connector_path)
+        scheduled = schedule_from_fleet(fleet_path, [t.code for t in connector.tasks])
+    except (FleetError, ConnectorError) as exc:
+        raise FleetDefinitionsError(str(exc)) from None
+    idents = [_ident(lane.name) for lane in fleet.lanes]
+    if len(set(idents)) != len(idents):
+        raise FleetDefinitionsError(f"{fleet_path}: lane names {', '.join(lane.name for lane in fleet.lanes)} clash "
+                                    "once '-' becomes '_' (Dagster names)")
+    return fleet, connector, scheduled
+
+
+def _freshness_job(checks: list[dg.AssetChecksDefinition], schedule: DailySchedule,
+                   status: dg.DefaultScheduleStatus) -> tuple[Any, dg.ScheduleDefinition]:
+    """The job ``feiqiu_freshness`` running every store's freshness ``checks`` on their own, and its schedule
+    ``feiqiu_freshness_hourly`` (``schedule.freshness_cron`` in ``schedule.timezone``)."""
+    freshness = dg.define_asset_job("feiqiu_freshness", selection=dg.AssetSelection.checks(*checks),
+                                    description="The freshness checks of every store, on their own")
+    return freshness, dg.ScheduleDefinition(name="feiqiu_freshness_hourly", job=freshness,
+                                            cron_schedule=schedule.freshness_cron,
+                                            execution_timezone=schedule.timezone, default_status=status,
+                                            description="Every store's freshness checks (stale data shows even "
+                                                        "when no run comes)")
 
 
 # ------------------------------------------------------------------------------------------------- assets

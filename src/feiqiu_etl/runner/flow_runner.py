@@ -27,6 +27,8 @@ from typing import Callable
 
 import psycopg
 
+from feiqiu_etl.alerts.choice import FROM_ENVIRONMENT
+from feiqiu_etl.alerts.config import AlertChoice, resolve
 from feiqiu_etl.api.client import APIClient, EnvelopeRules
 from feiqiu_etl.connector.model import Connector
 from feiqiu_etl.db.connection import connect as db_connect
@@ -63,7 +65,8 @@ class RunnerWiring:
     """How a runner reaches the outside: ``connect`` opens a database connection (None: Asia/Shanghai sessions,
     :func:`feiqiu_etl.db.connection.connect`), ``client_factory`` builds each lane's API client,
     ``heartbeat`` is the seconds between heartbeats (live status, cancel check), ``abortable`` lets a cancel
-    abort the request in flight; ``database`` the warehouse's identity (below)."""
+    abort the request in flight; ``database`` the warehouse's identity, ``alerts`` the run's alert configuration
+    (below)."""
 
     connect: Callable[[str], psycopg.Connection] | None = None
     client_factory: Callable[..., APIClient] = APIClient
@@ -72,6 +75,9 @@ class RunnerWiring:
     database: str | None = None
     """:func:`feiqiu_etl.registry.late.database_identity` of the warehouse, when the caller knows it (planning did):
     where a record the database did not take is written later."""
+    alerts: AlertChoice = FROM_ENVIRONMENT
+    """Where the run's alerts go (:mod:`feiqiu_etl.alerts.choice`): its own configuration, None (no alerts), or
+    the environment's, read once when the runner is built."""
 
 
 def envelope_rules(connector: Connector) -> EnvelopeRules:
@@ -85,14 +91,16 @@ def envelope_rules(connector: Connector) -> EnvelopeRules:
     )
 
 
-def prepare_database(conn: psycopg.Connection, connector: Connector, *, stale_after: float = 30.0) -> list[str]:
-    """DDL for etl_meta and the connector's ODS tables, then mark vanished runs INTERRUPTED (returned)."""
+def prepare_database(conn: psycopg.Connection, connector: Connector, *, stale_after: float = 30.0,
+                     alerts: AlertChoice = FROM_ENVIRONMENT) -> list[str]:
+    """DDL for etl_meta and the connector's ODS tables, then mark vanished runs INTERRUPTED (returned; alerted
+    to ``alerts``, default the environment's configuration)."""
     from feiqiu_etl.db.schema import ensure_ods_tables
 
     from feiqiu_etl.alerts import sweep_and_alert
 
     ensure_ods_tables(conn, connector.tasks)
-    return sweep_and_alert(conn, stale_after)
+    return sweep_and_alert(conn, stale_after, alerts)
 
 
 class FlowRunner:
@@ -134,6 +142,7 @@ class FlowRunner:
         self._t0 = time.monotonic()
         self._started_at: datetime | None = None
         self._database = wiring.database   # where the run is recorded (registry.late.database_identity)
+        self.alerts = resolve(wiring.alerts)  # this run's alert configuration (None: no alerts)
 
     # ------------------------------------------------------------------------------------------------ run
     def run(self) -> RunResult:
@@ -149,7 +158,7 @@ class FlowRunner:
         RunIdFilter.run_id = self.run_id
         from feiqiu_etl.alerts import warm_up  # loads Apprise meanwhile, so the end spends only the bound
 
-        warm_up()
+        warm_up(self.alerts)
         handler = RunLogHandler(self._store_entry)
         logging.getLogger("feiqiu_etl").addHandler(handler)
         self.guard = LaneGuard(self.dsn, self.run_id, connect=self._connect, watchdog=self.health.watchdog)
@@ -190,7 +199,7 @@ class FlowRunner:
         # retention, optional, is skipped after a signal too (the run must end within seconds).
         answering = not self.result.database_lost and self.health.answering
         self.result.alerts = after_run(self.dsn, self.result.to_dict(), connect=self._end_connect,
-                                       read_history=answering)
+                                       config=self.alerts, read_history=answering)
         if answering and not (self.cancellation.is_cancelled and self.cancellation.reason == "signal"):
             from feiqiu_etl.registry.retention import prune_after_run  # bounded; never raises
 

@@ -124,6 +124,24 @@ def _merge(bars: list[_Bar], bar: _Bar) -> None:
     bars.append(bar)
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """The chart's geometry: ``end`` seconds across ``plot_w`` pixels from ``LEFT``, lanes from ``lanes_top``
+    down to the time axis at ``axis_y``, ticks every ``step`` seconds."""
+    end: float
+    lanes_top: float
+    axis_y: float
+    step: float
+    plot_w: float = WIDTH - LEFT - RIGHT
+
+    def sx(self, t: float) -> float:
+        """The x pixel of ``t`` seconds since the start (clamped to the plot)."""
+        return LEFT + max(0.0, min(t, self.end)) / self.end * self.plot_w
+
+
+_Mark = tuple[float, float, str, str]  # x, y, kind ("retry" or the outcome), title
+
+
 def timeline_svg(requests: list[dict], *, started_at: datetime, seconds: float | None,
                  rows_series: list[list[float]] | None = None, lanes: Iterable[str] = ()) -> str:
     """The chart (see module docstring) for the attempts ``requests`` (rows of
@@ -133,103 +151,119 @@ def timeline_svg(requests: list[dict], *, started_at: datetime, seconds: float |
     points = [(float(t), float(v)) for t, v in (rows_series or [])]
     rel = [((r["started_at"] - started_at).total_seconds(), r) for r in requests]
     end = max([seconds or 0.0, *(t + float(r["seconds"]) for t, r in rel), *(t for t, _ in points), 0.1])
-    plot_w = WIDTH - LEFT - RIGHT
-
-    def sx(t: float) -> float:
-        return LEFT + max(0.0, min(t, end)) / end * plot_w
-
     palette = palette_preview(requests)
     legend_h = 14 + 18 * _legend_rows(palette, requests)
     height = legend_h + LANE_H * len(lane_names) + AXIS_H + (ROWS_H + AXIS_H if points else 0) + 8
-    out: list[str] = [
+    frame = _Frame(end=end, lanes_top=legend_h, axis_y=legend_h + LANE_H * len(lane_names), step=nice_step(end))
+    out = _header(height, len(requests), end)
+    out.extend(_time_axis(frame))
+    marks: list[_Mark] = []
+    for i, lane in enumerate(lane_names):
+        out.extend(_lane(frame, frame.lanes_top + i * LANE_H, lane, [(t0, r) for t0, r in rel if r["lane"] == lane],
+                         palette, marks))
+    out.extend(_mark(x, y, kind, title) for x, y, kind, title in marks)
+    if points:
+        out.extend(_rows_panel(points, frame.sx, frame.axis_y + AXIS_H, frame.step, end))
+    out.extend(_legend(palette, requests))
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _header(height: float, attempts: int, end: float) -> list[str]:
+    """The opening ``<svg>`` tag, its title and the white background."""
+    return [
         f'<svg id="timeline" class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
-        f'width="100%" role="img" aria-labelledby="timeline-title" data-attempts="{len(requests)}" '
+        f'width="100%" role="img" aria-labelledby="timeline-title" data-attempts="{attempts}" '
         f'data-seconds="{end:.3f}" font-family="system-ui, sans-serif" font-size="12">',
         '<title id="timeline-title">Lane timeline: requests over time by endpoint class and outcome, waits, '
         'retries, bans; rows written over time</title>',
         f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>',
     ]
-    lanes_top = legend_h
-    axis_y = lanes_top + LANE_H * len(lane_names)
-    step = nice_step(end)
-    # vertical grid and time axis under the lanes
-    t = 0.0
-    while t <= end + 1e-9:
-        x = sx(t)
-        out.append(f'<line x1="{x:.1f}" y1="{lanes_top}" x2="{x:.1f}" y2="{axis_y}" stroke="#eef2f7"/>')
-        out.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" fill="#475569">{_attr(tick_label(t))}'
-                   '</text>')
-        t = round(t + step, 6)
-    out.append(f'<line x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" y2="{axis_y}" stroke="#94a3b8"/>')
 
-    marks: list[tuple[float, float, str, str]] = []
-    for i, lane in enumerate(lane_names):
-        top = lanes_top + i * LANE_H
-        mark_y, wait_y, req_y = top + 18, top + 21, top + 32
-        out.append(f'<text x="{LEFT - 10}" y="{req_y + 13}" text-anchor="end" font-weight="600" fill="#0f172a">'
-                   f'{_attr(lane)}</text>')
-        out.append(f'<text x="{LEFT - 10}" y="{wait_y + 7}" text-anchor="end" fill="#64748b" font-size="10">'
-                   'waits</text>')
-        out.append(f'<rect x="{LEFT}" y="{req_y}" width="{plot_w}" height="22" fill="#f8fafc"/>')
-        waits: list[_Bar] = []
-        bars: list[_Bar] = []
-        last: dict | None = None
-        for t0, r in rel:
-            if r["lane"] != lane:
-                continue
-            secs = float(r["seconds"])
-            gap = float(r["gap"]) if r.get("gap") is not None else 0.0
-            if gap > 0:
-                reason = r.get("wait_reason")
-                color = WAIT_COLORS.get(reason or "", NO_REASON)
-                _merge(waits, _Bar(sx(t0 - gap), max(sx(t0), sx(t0 - gap) + 0.8), color, "wait", "wait",
-                                   reason or "", t0=t0 - gap, t1=t0,
-                                   title=f"waited {gap:.2f} s before {r.get('request') or 'a request'}"
-                                         f" ({WAIT_LABELS.get(reason or '', 'no wait needed')})"))
-            outcome = r["outcome"]
-            klass = r.get("gap_class") or "standard"
-            color = class_color(klass, palette) if outcome == "ok" else OUTCOME_COLORS.get(outcome, "#e11d48")
-            detail = f" — {r['detail']}" if r.get("detail") else ""
-            title = (f"{t0:.2f} s · {r.get('task') or ''} · {r.get('request') or ''} · site {r.get('site_id')} · "
-                     f"{outcome} in {secs:.3f} s{detail}")
-            x0 = sx(t0)
-            bar = _Bar(x0, max(sx(t0 + secs), x0 + 1.0), color, "req", outcome, klass, t0=t0, t1=t0 + secs,
-                       title=title)
-            retry = _is_retry(r, last)
-            if retry or outcome != "ok":
-                bars.append(bar)
-            else:
-                _merge(bars, bar)
-            if outcome != "ok":
-                marks.append((x0, mark_y, outcome, title))
-            if retry:
-                marks.append((x0, mark_y - 11, "retry",
-                              f"retry of {r.get('request') or 'the request'} at {t0:.2f} s"))
-            last = r
-        for w in waits:
-            title = w.title if w.n == 1 else f"{w.n} waits ({WAIT_LABELS.get(w.klass, 'no wait needed')}), " \
-                                             f"from {w.t0:.1f} s to {w.t1:.1f} s of the run"
-            out.append(f'<rect class="wait" data-reason="{_attr(w.klass or "none")}" x="{w.x0:.2f}" y="{wait_y}" '
-                       f'width="{w.x1 - w.x0:.2f}" height="8" fill="{w.color}"><title>{_attr(title)}</title></rect>')
-        for b in bars:
-            title = b.title if b.n == 1 else f"{b.n} requests ({b.klass}, ok), from {b.t0:.1f} s to {b.t1:.1f} s of the run"
-            out.append(f'<rect class="req" data-outcome="{_attr(b.outcome)}" data-class="{_attr(b.klass)}" '
-                       f'data-n="{b.n}" x="{b.x0:.2f}" y="{req_y}" width="{b.x1 - b.x0:.2f}" height="22" '
-                       f'fill="{b.color}"><title>{_attr(title)}</title></rect>')
-    for x, y, kind, title in marks:
-        if kind == "retry":
-            out.append(f'<circle class="retry" cx="{x:.2f}" cy="{y:.1f}" r="3.5" fill="none" stroke="#0f172a" '
-                       f'stroke-width="1.3"><title>{_attr(title)}</title></circle>')
+
+def _time_axis(frame: _Frame) -> list[str]:
+    """The vertical grid and the time axis under the lanes."""
+    out: list[str] = []
+    t = 0.0
+    while t <= frame.end + 1e-9:
+        x = frame.sx(t)
+        out.append(f'<line x1="{x:.1f}" y1="{frame.lanes_top}" x2="{x:.1f}" y2="{frame.axis_y}" stroke="#eef2f7"/>')
+        out.append(f'<text x="{x:.1f}" y="{frame.axis_y + 16}" text-anchor="middle" fill="#475569">'
+                   f'{_attr(tick_label(t))}</text>')
+        t = round(t + frame.step, 6)
+    out.append(f'<line x1="{LEFT}" y1="{frame.axis_y}" x2="{WIDTH - RIGHT}" y2="{frame.axis_y}" stroke="#94a3b8"/>')
+    return out
+
+
+def _lane(frame: _Frame, top: float, lane: str, rel: list[tuple[float, dict]], palette: dict[str, str],
+          marks: list[_Mark]) -> list[str]:
+    """One lane's row (label, wait strip, request bars) for its attempts ``rel`` (seconds since the start,
+    row); appends the lane's failure and retry marks to ``marks`` (drawn after every lane)."""
+    mark_y, wait_y, req_y = top + 18, top + 21, top + 32
+    out = [f'<text x="{LEFT - 10}" y="{req_y + 13}" text-anchor="end" font-weight="600" fill="#0f172a">'
+           f'{_attr(lane)}</text>',
+           f'<text x="{LEFT - 10}" y="{wait_y + 7}" text-anchor="end" fill="#64748b" font-size="10">waits</text>',
+           f'<rect x="{LEFT}" y="{req_y}" width="{frame.plot_w}" height="22" fill="#f8fafc"/>']
+    waits, bars = _lane_bars(frame, rel, palette, marks, mark_y)
+    for w in waits:
+        title = w.title if w.n == 1 else f"{w.n} waits ({WAIT_LABELS.get(w.klass, 'no wait needed')}), " \
+                                         f"from {w.t0:.1f} s to {w.t1:.1f} s of the run"
+        out.append(f'<rect class="wait" data-reason="{_attr(w.klass or "none")}" x="{w.x0:.2f}" y="{wait_y}" '
+                   f'width="{w.x1 - w.x0:.2f}" height="8" fill="{w.color}"><title>{_attr(title)}</title></rect>')
+    for b in bars:
+        title = b.title if b.n == 1 else f"{b.n} requests ({b.klass}, ok), from {b.t0:.1f} s to {b.t1:.1f} s of the run"
+        out.append(f'<rect class="req" data-outcome="{_attr(b.outcome)}" data-class="{_attr(b.klass)}" '
+                   f'data-n="{b.n}" x="{b.x0:.2f}" y="{req_y}" width="{b.x1 - b.x0:.2f}" height="22" '
+                   f'fill="{b.color}"><title>{_attr(title)}</title></rect>')
+    return out
+
+
+def _lane_bars(frame: _Frame, rel: list[tuple[float, dict]], palette: dict[str, str], marks: list[_Mark],
+               mark_y: float) -> tuple[list[_Bar], list[_Bar]]:
+    """The wait strips and request bars of one lane's attempts (neighbours merged), and its marks at ``mark_y``."""
+    sx = frame.sx
+    waits: list[_Bar] = []
+    bars: list[_Bar] = []
+    last: dict | None = None
+    for t0, r in rel:
+        secs = float(r["seconds"])
+        gap = float(r["gap"]) if r.get("gap") is not None else 0.0
+        if gap > 0:
+            reason = r.get("wait_reason")
+            _merge(waits, _Bar(sx(t0 - gap), max(sx(t0), sx(t0 - gap) + 0.8), WAIT_COLORS.get(reason or "", NO_REASON),
+                               "wait", "wait", reason or "", t0=t0 - gap, t1=t0,
+                               title=f"waited {gap:.2f} s before {r.get('request') or 'a request'}"
+                                     f" ({WAIT_LABELS.get(reason or '', 'no wait needed')})"))
+        outcome = r["outcome"]
+        klass = r.get("gap_class") or "standard"
+        color = class_color(klass, palette) if outcome == "ok" else OUTCOME_COLORS.get(outcome, "#e11d48")
+        detail = f" — {r['detail']}" if r.get("detail") else ""
+        title = (f"{t0:.2f} s · {r.get('task') or ''} · {r.get('request') or ''} · site {r.get('site_id')} · "
+                 f"{outcome} in {secs:.3f} s{detail}")
+        x0 = sx(t0)
+        bar = _Bar(x0, max(sx(t0 + secs), x0 + 1.0), color, "req", outcome, klass, t0=t0, t1=t0 + secs, title=title)
+        retry = _is_retry(r, last)
+        if retry or outcome != "ok":
+            bars.append(bar)
         else:
-            color = OUTCOME_COLORS.get(kind, "#e11d48")
-            out.append(f'<path class="fail" data-outcome="{_attr(kind)}" d="M{x - 4:.2f},{y - 7:.1f} '
-                       f'L{x + 4:.2f},{y - 7:.1f} L{x:.2f},{y:.1f} Z" fill="{color}"><title>{_attr(title)}'
-                       '</title></path>')
-    if points:
-        out.extend(_rows_panel(points, sx, axis_y + AXIS_H, step, end))
-    out.extend(_legend(palette, requests))
-    out.append("</svg>")
-    return "\n".join(out)
+            _merge(bars, bar)
+        if outcome != "ok":
+            marks.append((x0, mark_y, outcome, title))
+        if retry:
+            marks.append((x0, mark_y - 11, "retry", f"retry of {r.get('request') or 'the request'} at {t0:.2f} s"))
+        last = r
+    return waits, bars
+
+
+def _mark(x: float, y: float, kind: str, title: str) -> str:
+    """A ring above a retry, or a triangle (coloured by outcome) above a failed attempt."""
+    if kind == "retry":
+        return (f'<circle class="retry" cx="{x:.2f}" cy="{y:.1f}" r="3.5" fill="none" stroke="#0f172a" '
+                f'stroke-width="1.3"><title>{_attr(title)}</title></circle>')
+    color = OUTCOME_COLORS.get(kind, "#e11d48")
+    return (f'<path class="fail" data-outcome="{_attr(kind)}" d="M{x - 4:.2f},{y - 7:.1f} '
+            f'L{x + 4:.2f},{y - 7:.1f} L{x:.2f},{y:.1f} Z" fill="{color}"><title>{_attr(title)}'
+            '</title></path>')
 
 
 def _rows_panel(points: list[tuple[float, float]], sx, top: float, step: float, end: float) -> list[str]:

@@ -79,6 +79,22 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     console = console or stdout_console()
     data = escape_tree(data)
     tasks = data.get("tasks", [])
+    error = _print_header(console, data)
+    if tasks:
+        table, legend = _task_table(tasks, data.get("lanes", []), console.width)
+        console.print(table)
+        console.print(legend, style="dim")
+    _print_lanes(console, data.get("lanes", []), error)
+    _print_skipped(console, data.get("skipped_tasks", []))
+    for t in tasks:
+        _print_task_notes(console, t, data["run_id"], more_hint)
+    _print_rechecks(console, tasks)
+    if data.get("dwd"):
+        _print_dwd(console, data["dwd"])
+
+
+def _print_header(console: Console, data: dict) -> str:
+    """``run <id>: STATUS (error)``; returns the error text as shown (``""`` when there is none)."""
     line = Text.assemble(f"run {data['run_id']}: ", status_text(data["status"]))
     error = data.get("error") or ""
     if data["status"] == Status.CANCELLED and error.startswith("cancelled (") and error.endswith(")"):
@@ -86,11 +102,12 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
     if error:
         line.append(f" ({error})")
     console.print(line)
-    if tasks:
-        table, legend = _task_table(tasks, data.get("lanes", []), console.width)
-        console.print(table)
-        console.print(legend, style="dim")
-    for lane in data.get("lanes", []):
+    return error
+
+
+def _print_lanes(console: Console, lanes: list[dict], error: str) -> None:
+    """The lanes that stopped (unless the header said why already), their deadlines, and the stores that stopped."""
+    for lane in lanes:
         if lane.get("reason") and lane["reason"] not in error:  # the header said it already (a busy lane)
             console.print(Text(f"lane {lane['name']}: {lane['status']}: {lane['reason']}", style="red"), soft_wrap=True)
         if lane.get("deadline"):
@@ -100,48 +117,60 @@ def render_summary(data: dict, console: Console | None = None, *, more_hint: boo
             if store.get("reason") and not lane.get("reason"):
                 console.print(Text(f"store {store['site_id']}: {store['status']}: {store['reason']}", style="red"),
                               soft_wrap=True)
-    skipped = data.get("skipped_tasks", [])
-    if skipped:
-        reasons: dict[str, int] = {}
-        for s in skipped:
-            reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
-        for reason, n in reasons.items():
-            console.print(Text(f"not run: {n} task(s): {reason}", style="yellow"), overflow="fold")
-    for t in tasks:
-        errors = t["errors"]
-        for e in errors[:ERRORS_SHOWN]:
-            console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{error_params(e)}", style="red"), soft_wrap=True)
-        if len(errors) > ERRORS_SHOWN and more_hint:  # `show` prints the others itself
-            console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {data['run_id']})",
-                               style="red"))
-        if (t.get("snapshot_note") or "").startswith("soft delete skipped"):
-            console.print(Text(f"{t['task']}: {t['snapshot_note']}", style="yellow"))
-        for d in t.get("schema_drift", []):  # tasks/ods/drift.py
-            parts = [f"new field(s) {', '.join(d['new_fields'])}" if d["new_fields"] else "",
-                     f"lost field(s) {', '.join(d['lost_fields'])}" if d["lost_fields"] else ""]
-            console.print(Text(f"{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
-                               f"(first seen in run {d['first_seen_run']})", style="yellow"), overflow="fold")
-        if t.get("details_given_up"):
-            console.print(Text(f"{t['task']}: {len(t['details_given_up'])} owed detail(s) given up", style="yellow"))
+
+
+def _print_skipped(console: Console, skipped: list[dict]) -> None:
+    """``not run: N task(s): <reason>``, one line per reason, in the order first seen."""
+    reasons: dict[str, int] = {}
+    for s in skipped:
+        reasons[s["reason"]] = reasons.get(s["reason"], 0) + 1
+    for reason, n in reasons.items():
+        console.print(Text(f"not run: {n} task(s): {reason}", style="yellow"), overflow="fold")
+
+
+def _print_task_notes(console: Console, t: dict, run_id: str, more_hint: bool) -> None:
+    """One task's first ``ERRORS_SHOWN`` errors (and "(N more; …)" when ``more_hint``), a skipped soft delete,
+    its schema drift and the owed details given up."""
+    errors = t["errors"]
+    for e in errors[:ERRORS_SHOWN]:
+        console.print(Text(f"{t['task']}: {e.get('stage')}: {e.get('error')}{error_params(e)}", style="red"), soft_wrap=True)
+    if len(errors) > ERRORS_SHOWN and more_hint:  # `show` prints the others itself
+        console.print(Text(f"{t['task']}: ({len(errors) - ERRORS_SHOWN} more; feiqiu-etl show {run_id})",
+                           style="red"))
+    if (t.get("snapshot_note") or "").startswith("soft delete skipped"):
+        console.print(Text(f"{t['task']}: {t['snapshot_note']}", style="yellow"))
+    for d in t.get("schema_drift", []):  # tasks/ods/drift.py
+        parts = [f"new field(s) {', '.join(d['new_fields'])}" if d["new_fields"] else "",
+                 f"lost field(s) {', '.join(d['lost_fields'])}" if d["lost_fields"] else ""]
+        console.print(Text(f"{t['task']}: schema drift in {d['table']}: {'; '.join(p for p in parts if p)} "
+                           f"(first seen in run {d['first_seen_run']})", style="yellow"), overflow="fold")
+    if t.get("details_given_up"):
+        console.print(Text(f"{t['task']}: {len(t['details_given_up'])} owed detail(s) given up", style="yellow"))
+
+
+def _print_rechecks(console: Console, tasks: list[dict]) -> None:
+    """The details re-checked against their budget (``detail.recheck_share``), when any task had a budget."""
     rechecks = [t["recheck"] for t in tasks if t.get("recheck")]
     if any(r["budget"] for r in rechecks):
         console.print(f"details re-checked (oldest first): {sum(r['used'] for r in rechecks)} of a budget of "
                       f"{sum(r['budget'] for r in rechecks)} (detail.recheck_share)", style="dim")
-    dwd = data.get("dwd")
-    if dwd:
-        console.print(Text.assemble("DWD: ", status_text(dwd.get("status"))))
-        d = compact_table()
-        d.add_column("table", no_wrap=True)
-        for col in ("kind", "inserted", "updated", "closed", "s"):
-            d.add_column(col, justify="right", no_wrap=True)
-        d.add_column("error", overflow="fold")
-        for t in dwd.get("tables", []):
-            d.add_row(t["table"], t.get("kind", ""), str(t.get("inserted", 0)), str(t.get("updated", 0)),
-                      str(t.get("closed", 0)), f"{t.get('seconds', 0):.2f}", str(t.get("error") or ""))
-        console.print(d)
-        for e in dwd.get("errors", []):
-            if e.get("table") == "*":
-                console.print(Text(f"DWD: {e['error']}", style="red"), soft_wrap=True)
+
+
+def _print_dwd(console: Console, dwd: dict) -> None:
+    """``DWD: STATUS``, the per-table counts and the errors that concern every table (``table == "*"``)."""
+    console.print(Text.assemble("DWD: ", status_text(dwd.get("status"))))
+    d = compact_table()
+    d.add_column("table", no_wrap=True)
+    for col in ("kind", "inserted", "updated", "closed", "s"):
+        d.add_column(col, justify="right", no_wrap=True)
+    d.add_column("error", overflow="fold")
+    for t in dwd.get("tables", []):
+        d.add_row(t["table"], t.get("kind", ""), str(t.get("inserted", 0)), str(t.get("updated", 0)),
+                  str(t.get("closed", 0)), f"{t.get('seconds', 0):.2f}", str(t.get("error") or ""))
+    console.print(d)
+    for e in dwd.get("errors", []):
+        if e.get("table") == "*":
+            console.print(Text(f"DWD: {e['error']}", style="red"), soft_wrap=True)
 
 
 def deadline_line(lane: str, deadline: dict) -> str:
