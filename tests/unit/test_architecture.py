@@ -425,13 +425,8 @@ MAX_FUNCTION_LINES = 60
 # Functions still over MAX_FUNCTION_LINES (issue 26), each with why. An entry that no longer offends fails the
 # test too: take it off this list.
 KNOWN_LONG_FUNCTIONS = {
-    "web/timeline.py:timeline_svg": "issue 26, being split",
-    "cli/views/summary.py:render_summary": "issue 26, being split",
-    "dagster/definitions.py:build_definitions": "issue 26, being split",
     "registry/state.py:read_state": "issue 26, being split",
     "registry/lane_guard.py:acquire_all": "issue 26, being split",
-    "alerts/sending.py:deliver": "issue 26, being split",
-    "cli/state.py:_render": "issue 26, being split",
 }
 
 
