@@ -79,7 +79,7 @@ class LaneGuard:
 
     One session holds the locks of every token of the run, whatever their number: it is never lent to anyone
     else (it is not a connection of the run's pool). Every statement on it is short and, with a ``watchdog``
-    (:class:`~feiqiu_etl.db.health.DatabaseWatchdog`), watched: a server that stops answering drops it, and
+    (:class:`~feiqiu_etl.db.watchdog.DatabaseWatchdog`), watched: a server that stops answering drops it, and
     :meth:`check` takes the locks again once the server answers. The internal lock is held only for one
     statement at a time, never while waiting for a lane, so :meth:`check` (the run control's heartbeat) and a
     cancel are never held up by a lane another process holds.
