@@ -420,7 +420,6 @@ MAX_MODULE_LINES = 500
 KNOWN_LONG_MODULES = {
     "pipeline/unified_pipeline.py": "the engine's loop; to split with pipeline/ owners (issue 26 left open)",
     "pipeline/request_scheduler.py": "the lane; to split with pipeline/ owners (issue 26 left open)",
-    "db/embedded/server.py": "embedded server; hardening branch (issue 28) edits it",
     "simulator/events.py": "integrity/deletions branches (issue 25) edit the simulator",
     "config/settings.py": "grew past 500 with issue 25 (integrity settings); to split",
     "tasks/ods/task.py": "grew past 500 with issue 25 (reconciliation); to split",
