@@ -131,18 +131,8 @@ class LaneGuard:
 
         started = time.monotonic()
         outcome: dict[str, Exception | None] = {}
-        todo: dict[str, str] = {}
+        todo = self._reserve(lanes, outcome)
         refused: set[str] = set()  # lanes another process held at some try
-        with self._lock:
-            tokens = {token_part(k) for k in self._held}
-            for name, key in lanes:
-                if token_part(key) in tokens:  # session locks are re-entrant: one token, one lane per run
-                    outcome[name] = LaneBusy(name, key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
-                                                         "acquired_at": datetime.now(timezone.utc)}, 0.0)
-                    continue
-                tokens.add(token_part(key))
-                todo[key] = name
-            self._waiting.update(todo)
         try:
             while todo:
                 for key, name in list(todo.items()):
@@ -181,6 +171,23 @@ class LaneGuard:
                 for key in [k for k, _ in lanes]:
                     self._waiting.pop(key, None)
         return outcome
+
+    def _reserve(self, lanes: list[tuple[str, str]], outcome: dict[str, Exception | None]) -> dict[str, str]:
+        """``{lane_key: name}`` of the ``lanes`` to try, now marked waiting; a lane whose token this guard holds
+        already (session locks are re-entrant: one token, one lane per run) gets its :class:`LaneBusy` in
+        ``outcome`` instead."""
+        todo: dict[str, str] = {}
+        with self._lock:
+            tokens = {token_part(k) for k in self._held}
+            for name, key in lanes:
+                if token_part(key) in tokens:
+                    outcome[name] = LaneBusy(name, key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
+                                                         "acquired_at": datetime.now(timezone.utc)}, 0.0)
+                    continue
+                tokens.add(token_part(key))
+                todo[key] = name
+            self._waiting.update(todo)
+        return todo
 
     def _try(self, lane: str, lane_key: str) -> bool:
         """One ``pg_try_advisory_lock``; when it is taken, record the holder in ``etl_meta.lane_lock``."""
