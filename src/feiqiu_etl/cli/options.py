@@ -298,7 +298,7 @@ def warehouse(dsn: str | None, demo: bool = False,
     from feiqiu_etl.alerts import sweep_and_alert
     from feiqiu_etl.config.settings import reveal
     from feiqiu_etl.db.embedded import DEFAULT_DATABASE
-    from feiqiu_etl.db.health import DatabaseWatchdog
+    from feiqiu_etl.db.watchdog import DatabaseWatchdog
     from feiqiu_etl.db.schema import ensure_schemas
     from feiqiu_etl.db.embedded import DEMO_DATABASE
 

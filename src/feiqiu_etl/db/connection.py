@@ -4,7 +4,7 @@ run's bounded pool.
 Every connection a run opens carries server-side limits (:class:`DbLimits`: ``statement_timeout``, the same
 ``lock_timeout``, ``idle_in_transaction_session_timeout``) and client-side TCP keepalives with
 ``tcp_user_timeout`` (libpq ignores both on a Unix socket, where a frozen server is caught by the watchdog of
-:mod:`feiqiu_etl.db.health` instead, which uses :func:`abandon`). :func:`open_pool` builds the psycopg-pool
+:mod:`feiqiu_etl.db.watchdog` instead, which uses :func:`abandon`). :func:`open_pool` builds the psycopg-pool
 :class:`~psycopg_pool.ConnectionPool` the lanes of a run share: at most ``DbLimits.pool_size`` connections,
 whatever the number of lanes.
 """

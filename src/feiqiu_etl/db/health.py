@@ -23,260 +23,44 @@ another thread's success had already "resumed": nobody ever resumed again, and n
 with one line. Each attempt is bounded too: a connect by ``db.connect_timeout``, a pool checkout by the limit,
 a statement on a live server by ``statement_timeout``/``lock_timeout``
 (:class:`~feiqiu_etl.db.connection.DbLimits`), and a statement on a server that stopped answering — frozen,
-``SIGSTOP``, a Unix socket where TCP keepalives do not apply — by the :class:`DatabaseWatchdog`: when nothing has
-answered for ``stall`` seconds while a statement waits, it shuts the sockets of every statement in flight
-down (the waiting threads get a connection error at once). Once the run is cancelled, an operation meets a
+``SIGSTOP``, a Unix socket where TCP keepalives do not apply — by the
+:class:`~feiqiu_etl.db.watchdog.DatabaseWatchdog`: when nothing has answered for ``stall`` seconds while a
+statement waits, it shuts the sockets of every statement in flight down (the waiting threads get a connection
+error at once). Once the run is cancelled, an operation meets a
 database that is away with :class:`DatabaseUnavailable` at once instead of waiting for it.
 
-Nothing here knows about ODS or DWD; it only tells connection errors from data errors.
+The pool and its checkouts are :mod:`feiqiu_etl.db.pool`, the watchdog :mod:`feiqiu_etl.db.watchdog`, the rule
+that tells connection errors from data errors :mod:`feiqiu_etl.db.errors`; nothing here knows about ODS or DWD.
 """
+
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from feiqiu_etl.db.connection import DbLimits, abandon, open_pool
+from feiqiu_etl.db.connection import DbLimits
+from feiqiu_etl.db.errors import DatabaseUnavailable, is_connection_error
+from feiqiu_etl.db.pool import RunPool
+from feiqiu_etl.db.watchdog import DatabaseWatchdog, WatchdogStatistics, stall_seconds, stuck_seconds
 from feiqiu_etl.errortext import one_line
+
+__all__ = ["DatabaseHealth", "DatabaseUnavailable", "DbSlot", "DirectSlot", "HealthStatistics", "is_connection_error"]
 
 T = TypeVar("T")
 log = logging.getLogger("feiqiu_etl.db")
 
 BACKOFF_START = 0.25
 BACKOFF_MAX = 5.0
-CHECKOUT_STEP = 1.0
-"""Seconds of one wait for a pooled connection: a cancel is noticed within it (issue 28 item 1)."""
-WATCH_INTERVAL = 0.2
-"""Seconds between two looks of the watchdog at the statements in flight."""
-CANCELLED_STALL = 1.0
-"""The watchdog's patience (s) once the run is cancelled, with a server that answers nothing."""
-CANCELLED_GRACE = 1.0
-"""Once the run is cancelled, an operation begun before the cancel and still in flight this long (s) after it is
-dropped whatever else answers (a signal ends a run within 5 s in every state: issue 28 item 1); the end-of-run
-work begun after the cancel keeps its own bound."""
-_RETRY_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53100", "53200", "53300", "40001", "40P01", "25P03")
-"""Connection exceptions, admin/crash shutdown, cannot connect now, disk full, out of memory, too many
-connections, serialization failure, deadlock, idle-in-transaction timeout: worth a reconnect and a retry."""
 
 
-class DatabaseUnavailable(Exception):
-    """The database stayed unreachable past the run's limit (or the run was cancelled while waiting)."""
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True for errors that a fresh connection may cure (not for bad data or SQL). A pool checkout that timed
-    out (``psycopg_pool.PoolTimeout``) is one."""
-    if isinstance(exc, DatabaseUnavailable):
-        return False
-    sqlstate = getattr(exc, "sqlstate", None)
-    if sqlstate:
-        return sqlstate.startswith(_RETRY_SQLSTATES)
-    if isinstance(exc, psycopg.OperationalError):
-        return True
-    if isinstance(exc, psycopg.InterfaceError):
-        return "connection" in str(exc).lower()
-    return False
-
-
-def stuck_seconds(limits: DbLimits) -> float:
-    """The client-side bound of one operation of a run (s): ``statement_timeout`` — past which a live server has
-    ended the statement itself — plus the watchdog's stall. An operation in flight longer is dropped even while
-    the server answers others (one backend frozen or stuck, which no server-side timeout can end: issue 28)."""
-    return limits.statement_timeout + stall_seconds(limits.unavailable_limit)
-
-
-def stall_seconds(limit: float) -> float:
-    """How long the watchdog lets a statement wait while the server answers nothing at all before it drops the
-    connections in flight: a quarter of ``limit``, between 2 and 15 s (the outage then counts from the server's
-    last answer, so a frozen server still ends the run within ``limit``)."""
-    return min(15.0, max(2.0, limit / 4))
-
-
-# ---------------------------------------------------------------------------------------------- watchdog
-@dataclass(eq=False)
-class _InFlight:
-    conn: psycopg.Connection
-    started: float
-    what: str
-    bound: float | None = None           # dropped when in flight longer, whatever else answers
-    dropped_since: float | None = None   # set when the watchdog dropped it: the server's last sign of life
-
-
-@dataclass(frozen=True)
-class WatchdogStatistics:
-    """``in_flight`` statements now, ``oldest`` of them (s), ``quiet`` seconds since the server last answered
-    anything, ``dropped`` connections shut down because the server stopped answering, ``probes`` sent, ``stuck``
-    operations dropped past their own bound (or after a cancel) while the server answered others."""
-
-    in_flight: int
-    oldest: float
-    quiet: float
-    dropped: int
-    probes: int
-    stuck: int = 0
-
-
-class DatabaseWatchdog:
-    """Turns a server that stopped answering into a connection error, within ``stall`` seconds.
-
-    Think of it as a lifeguard who watches the pool without getting in: every database round trip of the run is
-    :meth:`track`-ed while it runs, and every answer from the server (a result, or an error the server sent) is a
-    sign of life. When a tracked statement has waited ``stall`` s and nothing at all has answered for ``stall``
-    s, the server is taken for frozen: every connection in flight is :func:`~feiqiu_etl.db.connection.abandon`-ed
-    (its socket shut down), so each waiting thread gets a connection error at once and its retry logic takes
-    over. A slow statement on a live server is left alone as long as anything else answers — the run's heartbeat
-    does, once a second — or, when nothing else runs, a ``SELECT 1`` on a connection of the watchdog's own
-    (``probe()``, opened only while in doubt, closed after) answers. Once ``cancel_event`` is set (the run is
-    cancelled: a signal must end it within seconds) the patience is :data:`CANCELLED_STALL` s at most.
-
-    **Stuck operations** (issue 28 item 1): one backend can stop answering while the others still do (frozen,
-    stuck in the kernel) — the heartbeat's answers then keep the rule above from firing, and no server-side
-    timeout can end that statement. So every tracked operation also has a client-side ``bound`` (s; the
-    watchdog's default, or one given to :meth:`track`): in flight longer, its connection alone is shut down,
-    whatever else answers; and once the run is cancelled, every operation begun before the cancel and still in
-    flight :data:`CANCELLED_GRACE` s after it is. The watchdog's own thread never does I/O.
-    """
-
-    def __init__(self, stall: float, *, probe: Callable[[], psycopg.Connection] | None = None,
-                 name: str = "db-watchdog", cancel_event: threading.Event | None = None,
-                 bound: float | None = None):
-        self.stall = stall
-        self.bound = bound
-        self._stuck = 0
-        self._cancelled_at: float | None = None
-        self._cancel = cancel_event
-        self._probe_connect = probe
-        self._name = name
-        self._lock = threading.Lock()
-        self._ops: dict[int, _InFlight] = {}
-        self._ids = itertools.count()
-        self._last_answer = time.monotonic()
-        self._dropped = 0
-        self._probes = 0
-        self._probing = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @contextlib.contextmanager
-    def track(self, conn: psycopg.Connection, what: str = "statement", *,
-              bound: float | None = None) -> Iterator[_InFlight]:
-        """Watch the round trips on ``conn`` inside the body (one thread's), for at most ``bound`` s (default the
-        watchdog's). An answer — the body ends, or raises an error the server sent — counts as a sign of life;
-        a dropped connection's error propagates as it is."""
-        op = _InFlight(conn, time.monotonic(), what, bound if bound is not None else self.bound)
-        key = next(self._ids)
-        with self._lock:
-            self._ops[key] = op
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._watch, name=self._name, daemon=True)
-                self._thread.start()
-        try:
-            yield op
-        except BaseException as exc:
-            if op.dropped_since is None and getattr(exc, "sqlstate", None):
-                self.answered()
-            raise
-        else:
-            if op.dropped_since is None:
-                self.answered()
-        finally:
-            with self._lock:
-                self._ops.pop(key, None)
-
-    def answered(self) -> None:
-        """The server answered just now (thread-safe)."""
-        now = time.monotonic()
-        with self._lock:
-            if now > self._last_answer:
-                self._last_answer = now
-
-    def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(2)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(WATCH_INTERVAL):
-            now = time.monotonic()
-            cancelled = self._cancel is not None and self._cancel.is_set()
-            if cancelled and self._cancelled_at is None:
-                self._cancelled_at = now
-            stall = min(self.stall, CANCELLED_STALL) if cancelled else self.stall
-            drop: list[_InFlight] = []
-            stuck: list[_InFlight] = []
-            probe = False
-            with self._lock:
-                waiting = [op for op in self._ops.values() if op.dropped_since is None]
-                if not waiting:
-                    continue
-                for op in waiting:  # past its own bound, or still in flight well after a cancel
-                    if (op.bound is not None and now - op.started > op.bound) or \
-                            (cancelled and op.started < self._cancelled_at and now - self._cancelled_at > CANCELLED_GRACE):
-                        op.dropped_since = max(self._last_answer, op.started)
-                        stuck.append(op)
-                self._stuck += len(stuck)
-                waiting = [op for op in waiting if op.dropped_since is None]
-            for op in stuck:
-                log.warning("database %s in flight for %.1f s (%s): dropping its connection",
-                            op.what, now - op.started, f"more than its bound of {op.bound:.0f} s"
-                            if op.bound is not None and now - op.started > op.bound else "the run is cancelled")
-                abandon(op.conn)
-            if not waiting:
-                continue
-            with self._lock:
-                oldest = min(op.started for op in waiting)
-                quiet = now - max(self._last_answer, oldest)
-                if now - oldest > stall and quiet > stall:
-                    since = max(self._last_answer, oldest)
-                    for op in waiting:
-                        op.dropped_since = since
-                    drop = waiting
-                    self._dropped += len(drop)
-                elif (now - oldest > stall / 2 and quiet > stall / 2 and self._probe_connect is not None
-                      and not self._probing):
-                    self._probing = probe = True
-            if drop:
-                log.warning("database not answering for %.1f s: dropping %d connection(s) in flight (%s)",
-                            now - drop[0].dropped_since, len(drop), ", ".join(sorted({op.what for op in drop})))
-                for op in drop:
-                    abandon(op.conn)
-            if probe:
-                threading.Thread(target=self._probe, name=f"{self._name}-probe", daemon=True).start()
-
-    def _probe(self) -> None:
-        """``SELECT 1`` on a connection of its own (tracked like any other): an answer proves the server alive."""
-        try:
-            self._probes += 1
-            conn = self._probe_connect()  # type: ignore[misc] - bounded by the connect timeout
-            try:
-                with self.track(conn, "probe"):
-                    conn.execute("SELECT 1")
-            finally:
-                conn.close()
-        except Exception:  # noqa: BLE001 - no answer is what the watchdog acts on
-            pass
-        finally:
-            with self._lock:
-                self._probing = False
-
-    def statistics(self) -> WatchdogStatistics:
-        now = time.monotonic()
-        with self._lock:
-            starts = [op.started for op in self._ops.values()]
-            return WatchdogStatistics(len(starts), now - min(starts) if starts else 0.0, now - self._last_answer,
-                                      self._dropped, self._probes, self._stuck)
-
-
-# ---------------------------------------------------------------------------------------------- health
 @dataclass(frozen=True)
 class HealthStatistics:
     """``available``: no operation is retrying; ``outages`` begun, ``down_for`` (s) of the current one,
@@ -311,18 +95,15 @@ class DatabaseHealth:
         self.dsn = dsn
         self.limits = limits
         self.limit = limits.unavailable_limit
-        self._connect = connect
         self._cancel = cancel_event
         self._on_down = on_down
         self._on_up = on_up
         self._on_gave_up = on_gave_up
-        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: self._pool_connect(dsn),
+        self.pool = RunPool(dsn, connect, limits, cancel_event)
+        self.watchdog = DatabaseWatchdog(stall_seconds(self.limit), probe=lambda: self.pool.connect(dsn),
                                          cancel_event=cancel_event, bound=stuck_seconds(limits))
         self._lock = threading.Lock()          # the figures below
         self._transition = threading.Lock()    # an outage's start or end together with on_down/on_up
-        self._pool = None
-        self._pool_lock = threading.Lock()
-        self._closed = False
         self._retrying = 0
         self._answering = True      # False from a connection failure until an operation is answered again
         self._down_since: float | None = None
@@ -330,12 +111,6 @@ class DatabaseHealth:
         self._reconnects = 0
         self._last_error: str | None = None
         self._gave_up = False
-        self._contention_noted = False
-        self._pool_waiters: dict[object, float] = {}   # checkouts waiting now -> since (monotonic)
-        self._pool_waits = 0            # checkouts that waited a step or more
-        self._pool_wait_seconds = 0.0
-        self._connect_failed_at: float | None = None
-        self._connect_ok_at: float | None = None
 
     def slot(self, *, autocommit: bool = False) -> "DbSlot":
         return DbSlot(self, autocommit=autocommit)
@@ -366,94 +141,18 @@ class DatabaseHealth:
         return self._cancel is not None and self._cancel.is_set()
 
     # ------------------------------------------------------------------------------------------ the pool
-    def _the_pool(self):
-        with self._pool_lock:
-            if self._closed:
-                raise DatabaseUnavailable("the run's database pool is closed")
-            if self._pool is None:
-                self._pool = open_pool(self.dsn, self._pool_connect, self.limits, name="feiqiu-etl-run")
-            return self._pool
-
     def checkout(self, deadline: float | None = None) -> psycopg.Connection:
-        """A connection of the pool, asked for in steps of :data:`CHECKOUT_STEP` s (a cancel is noticed within
-        one step). Waiting for a pooled connection is not the database being away (issue 28 item 9): a pool whose
-        connections are all busy while it can connect is contention, and the wait goes on (the statements holding
-        the connections are bounded themselves, and the run's own limits end it). Only a failed connect — of the
-        pool, or of the watchdog's probe — since the wait began makes it an outage: then ``PoolTimeout`` is raised
-        once the limit has passed (at ``deadline``, a monotonic time, if given). Raises ``PoolTimeout`` within a
-        step once the run is cancelled, and :class:`DatabaseUnavailable` when the pool is closed."""
-        from psycopg_pool import PoolTimeout
-
-        pool = self._the_pool()
-        asked = time.monotonic()
-        ends = asked + self.limit if deadline is None else deadline
-        key = object()
-        with self._lock:
-            self._pool_waiters[key] = asked
-        try:
-            while True:
-                try:
-                    return pool.getconn(CHECKOUT_STEP)
-                except PoolTimeout:
-                    now = time.monotonic()
-                    if self.cancelled:
-                        raise
-                    if now < ends:
-                        continue
-                    with self._lock:
-                        failed = self._connect_failed_at is not None and self._connect_failed_at >= asked
-                    stats = pool.get_stats()
-                    busy = stats.get("pool_size", 0) - stats.get("pool_available", 0)
-                    if failed or busy <= 0:
-                        raise
-                    if not self._contention_noted:
-                        self._contention_noted = True
-                        log.warning("all %d pooled database connections have been busy for %.0f s while the "
-                                    "database answers: waiting for one (db.pool_size; not an outage)",
-                                    self.limits.pool_size, now - asked)
-        finally:
-            waited = time.monotonic() - asked
-            with self._lock:
-                self._pool_waiters.pop(key, None)
-                if waited >= CHECKOUT_STEP:
-                    self._pool_waits += 1
-                    self._pool_wait_seconds += waited
-
-    def _pool_connect(self, dsn: str) -> psycopg.Connection:
-        """The pool's connect: ``connect(dsn)``, its failure noted (what makes a pool wait an outage)."""
-        try:
-            conn = self._connect(dsn)
-        except BaseException:
-            with self._lock:
-                self._connect_failed_at = time.monotonic()
-            raise
-        with self._lock:
-            self._connect_ok_at = time.monotonic()
-        return conn
+        """A connection of the run's pool (:meth:`RunPool.checkout <feiqiu_etl.db.pool.RunPool.checkout>`)."""
+        return self.pool.checkout(deadline)
 
     def checkin(self, conn: psycopg.Connection, *, broken: bool = False) -> None:
-        """Give ``conn`` back (closed first when ``broken``: the pool then replaces it)."""
-        if broken or conn.broken:
-            with contextlib.suppress(Exception):
-                conn.close()
-        pool = self._pool
-        if pool is None:
-            with contextlib.suppress(Exception):
-                conn.close()
-            return
-        try:
-            pool.putconn(conn)
-        except Exception:  # noqa: BLE001 - a closed pool: the connection is closed instead
-            with contextlib.suppress(Exception):
-                conn.close()
+        """Give ``conn`` back to the pool (closed first when ``broken``)."""
+        self.pool.checkin(conn, broken=broken)
 
     def close(self) -> None:
         """Close the pool (idle connections now; those in use when they come back) and stop the watchdog."""
-        with self._pool_lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:  # its workers may be in a connect to a server that does not answer: not waited for long
-            pool.close(timeout=1.0 if self.answering else 0.1)
+        # the pool's workers may be in a connect to a server that does not answer: not waited for long
+        self.pool.close(1.0 if self.answering else 0.1)
         self.watchdog.stop()
 
     # ------------------------------------------------------------------------------------------ outages
@@ -526,17 +225,8 @@ class DatabaseHealth:
             time.sleep(pause)
 
     def statistics(self) -> HealthStatistics:
-        pool = self._pool
-        stats = {}
-        if pool is not None:
-            raw = pool.get_stats()
-            stats = {"size": self.limits.pool_size, "open": raw.get("pool_size", 0),
-                     "idle": raw.get("pool_available", 0)}
+        stats = self.pool.statistics()
         with self._lock:
-            now = time.monotonic()
-            stats.update(waiting=len(self._pool_waiters),
-                         longest_wait=round(now - min(self._pool_waiters.values()), 1) if self._pool_waiters else 0.0,
-                         waits=self._pool_waits, wait_seconds=round(self._pool_wait_seconds, 1))
             down = time.monotonic() - self._down_since if self._down_since is not None else 0.0
             return HealthStatistics(self._down_since is None and self._answering, self._outages, down, self._reconnects,
                                     self._last_error, self._gave_up, self._retrying, stats,

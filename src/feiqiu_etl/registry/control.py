@@ -62,7 +62,7 @@ class RunControl:
         self._interval = interval
         self._guard = guard
         self._on_lane_lost = on_lane_lost
-        self._watchdog = None  # a feiqiu_etl.db.health.DatabaseWatchdog (watched_by)
+        self._watchdog = None  # a feiqiu_etl.db.watchdog.DatabaseWatchdog (watched_by)
         self._stalled: dict[str, float] = {}   # lane name -> when it was reported stalled
         self._conn: psycopg.Connection | None = None
         self._logs: queue.SimpleQueue[dict] = queue.SimpleQueue()
@@ -77,7 +77,7 @@ class RunControl:
 
     # -------------------------------------------------------------------------------------- lifecycle
     def watched_by(self, watchdog) -> "RunControl":
-        """Let the run's :class:`~feiqiu_etl.db.health.DatabaseWatchdog` watch this control's statements (a server
+        """Let the run's :class:`~feiqiu_etl.db.watchdog.DatabaseWatchdog` watch this control's statements (a server
         that stops answering then drops its connection instead of holding the heartbeat up). Before :meth:`start`."""
         self._watchdog = watchdog
         return self

@@ -79,7 +79,7 @@ class LaneGuard:
 
     One session holds the locks of every token of the run, whatever their number: it is never lent to anyone
     else (it is not a connection of the run's pool). Every statement on it is short and, with a ``watchdog``
-    (:class:`~feiqiu_etl.db.health.DatabaseWatchdog`), watched: a server that stops answering drops it, and
+    (:class:`~feiqiu_etl.db.watchdog.DatabaseWatchdog`), watched: a server that stops answering drops it, and
     :meth:`check` takes the locks again once the server answers. The internal lock is held only for one
     statement at a time, never while waiting for a lane, so :meth:`check` (the run control's heartbeat) and a
     cancel are never held up by a lane another process holds.
@@ -131,18 +131,8 @@ class LaneGuard:
 
         started = time.monotonic()
         outcome: dict[str, Exception | None] = {}
-        todo: dict[str, str] = {}
+        todo = self._reserve(lanes, outcome)
         refused: set[str] = set()  # lanes another process held at some try
-        with self._lock:
-            tokens = {token_part(k) for k in self._held}
-            for name, key in lanes:
-                if token_part(key) in tokens:  # session locks are re-entrant: one token, one lane per run
-                    outcome[name] = LaneBusy(name, key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
-                                                         "acquired_at": datetime.now(timezone.utc)}, 0.0)
-                    continue
-                tokens.add(token_part(key))
-                todo[key] = name
-            self._waiting.update(todo)
         try:
             while todo:
                 for key, name in list(todo.items()):
@@ -181,6 +171,23 @@ class LaneGuard:
                 for key in [k for k, _ in lanes]:
                     self._waiting.pop(key, None)
         return outcome
+
+    def _reserve(self, lanes: list[tuple[str, str]], outcome: dict[str, Exception | None]) -> dict[str, str]:
+        """``{lane_key: name}`` of the ``lanes`` to try, now marked waiting; a lane whose token this guard holds
+        already (session locks are re-entrant: one token, one lane per run) gets its :class:`LaneBusy` in
+        ``outcome`` instead."""
+        todo: dict[str, str] = {}
+        with self._lock:
+            tokens = {token_part(k) for k in self._held}
+            for name, key in lanes:
+                if token_part(key) in tokens:
+                    outcome[name] = LaneBusy(name, key, {"run_id": self._run_id, "host": HOST, "pid": os.getpid(),
+                                                         "acquired_at": datetime.now(timezone.utc)}, 0.0)
+                    continue
+                tokens.add(token_part(key))
+                todo[key] = name
+            self._waiting.update(todo)
+        return todo
 
     def _try(self, lane: str, lane_key: str) -> bool:
         """One ``pg_try_advisory_lock``; when it is taken, record the holder in ``etl_meta.lane_lock``."""

@@ -153,6 +153,17 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
         if first < finished[-1].end:
             e["holes"] = _ranges(subtract(Window(first, finished[-1].end), finished))
     _short_holes(conn, tasks, done, scope, params, entry)
+    dwd = _dwd_watermarks(conn, watermark_tables, dwd_tables)
+    resets = _resets(conn, scope, params)
+    conn.commit()
+    return {"tasks": [tasks[k] for k in sorted(tasks)], "dwd": sorted(dwd, key=lambda r: r["table"]),
+            "resets": resets}
+
+
+def _dwd_watermarks(conn: psycopg.Connection, watermark_tables: Sequence[tuple[str, str]],
+                    dwd_tables: Iterable[str] | None) -> list[dict[str, Any]]:
+    """The rows (``table``, ``watermark``, ``run_id``, ``updated_at``) of every watermark table that exists, for
+    the DWD tables ``dwd_tables`` (None: all)."""
     wanted = None if dwd_tables is None else list(dwd_tables)
     dwd = []
     for kind, table in watermark_tables:
@@ -163,6 +174,11 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
                 "SELECT table_name AS table, watermark, run_id, updated_at FROM {} "
                 "WHERE %(w)s::text[] IS NULL OR table_name = ANY(%(w)s) ORDER BY table_name").format(
                     sql.Identifier(kind, table)), {"w": wanted}).fetchall()
+    return dwd
+
+
+def _resets(conn: psycopg.Connection, scope: str, params: dict) -> list[dict[str, Any]]:
+    """The latest :data:`RESETS_SHOWN` resets in ``scope``, newest first, their range in upstream wall-clock."""
     with conn.cursor(row_factory=dict_row) as cur:
         resets = cur.execute(
             f"SELECT id, reset_at, os_user, host, site_id, task_code AS task, range_start, range_end, dwd, forgot "
@@ -170,9 +186,7 @@ def read_state(conn: psycopg.Connection, connector: str, *, site_id: int | None 
     for r in resets:  # window bounds: upstream wall-clock times, like every window time here
         for key in ("range_start", "range_end"):
             r[key] = from_aware(r[key]) if r[key] is not None else None
-    conn.commit()
-    return {"tasks": [tasks[k] for k in sorted(tasks)], "dwd": sorted(dwd, key=lambda r: r["table"]),
-            "resets": resets}
+    return resets
 
 
 def _short_holes(conn: psycopg.Connection, tasks: dict, done: dict, scope: str, params: dict, entry) -> None:

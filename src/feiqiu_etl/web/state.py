@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from feiqiu_etl.db.connection import SESSION_TIME_ZONE, connect, redact_dsn
-from feiqiu_etl.db.health import DatabaseWatchdog
+from feiqiu_etl.db.watchdog import DatabaseWatchdog
 from feiqiu_etl.web import queries
 from feiqiu_etl.web import i18n
 from feiqiu_etl.web.format import filters
@@ -39,7 +39,7 @@ HERE = Path(__file__).parent
 class AppState:
     """See module docstring. ``settings`` as given; ``security`` the access rules; ``pool`` the database
     connections (at most ``settings.pool_size``; one read — its checkout and its statements — is given
-    ``settings.read_timeout`` s: ``watchdog``, the runs' :class:`~feiqiu_etl.db.health.DatabaseWatchdog`, shuts the
+    ``settings.read_timeout`` s: ``watchdog``, the runs' :class:`~feiqiu_etl.db.watchdog.DatabaseWatchdog`, shuts the
     connection of a read down once the server has not answered anything for that long, so a frozen server is a
     connection error, answered 503, and the broken connection leaves the pool; the next read connects anew);
     ``feed`` the one poller behind every Live page; ``metrics`` what ``/metrics`` serves (read on each scrape,

@@ -4,9 +4,9 @@ user leaves, start it again when it died under a running command.
 :class:`EmbeddedPostgres` puts the other modules of this package together: the account the server runs as,
 the binaries it runs, the passfile, the socket folder and the list of processes using it. The first process
 initialises the data folder (``initdb``), writes ``pg_hba.conf`` (Unix socket, SCRAM for every role) and
-starts ``postgres`` with no TCP port; later processes join it, and the last one stops it. All of this happens
-under an ``flock`` on ``<home>/.<pgdata>.lock``. Every failure is an :class:`EmbeddedServerError` with one line.
-This module never logs a password and never passes the caller's environment (tokens) to the server.
+starts ``postgres`` with no TCP port (:mod:`.cluster`); later processes join it, and the last one stops it
+(:mod:`.postmaster`). All of this happens under an ``flock`` on ``<home>/.<pgdata>.lock``. Every failure is an
+:class:`EmbeddedServerError` with one line. This module never logs a password and never passes the caller's environment (tokens) to the server.
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ import logging
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -34,17 +31,20 @@ from psycopg.conninfo import make_conninfo
 
 from feiqiu_etl.db.connection import DEFAULT_CONNECT_TIMEOUT as CONNECT_TIMEOUT
 from feiqiu_etl.db.embedded.account import (
-    ACCEPTED_ACCOUNTS, SERVER_ACCOUNT, Account, account_by_uid, as_account, check_reachable, ensure_server_account,
-    first_problem, run_as, server_env,
+    ACCEPTED_ACCOUNTS, SERVER_ACCOUNT, Account, account_by_uid, check_reachable, ensure_server_account,
 )
 from feiqiu_etl.db.embedded.binaries import server_bin_dir
+from feiqiu_etl.db.embedded.cluster import hba_is_ours, prepare_cluster, spawn_postgres, wait_ready
 from feiqiu_etl.db.embedded.errors import EmbeddedServerError
-from feiqiu_etl.db.embedded.folders import flocked, make_home, private_dir, remove_dir
+from feiqiu_etl.db.embedded.folders import make_home, remove_dir
 from feiqiu_etl.db.embedded.handles import live_users, write_users
 from feiqiu_etl.db.embedded.layout import HOME_ENV, ServerLayout, etl_home, record_home, resolve_layout
-from feiqiu_etl.db.embedded.passwords import READER, SUPERUSER, read_secrets, scram_verifier, secret_file
+from feiqiu_etl.db.embedded.passwords import READER, SUPERUSER, read_secrets, secret_file
+from feiqiu_etl.db.embedded.postmaster import (
+    is_frozen, postmaster, server_lock, shutdown_postmaster, start_watcher,
+)
 from feiqiu_etl.db.embedded.reader import ensure_reader_role
-from feiqiu_etl.db.embedded.socket_dir import PORT, SOCKET_NAME, is_temporary, remove_stale_socket_dir, socket_dir
+from feiqiu_etl.db.embedded.socket_dir import PORT, SOCKET_NAME, is_temporary, socket_dir
 from feiqiu_etl.errortext import one_line
 
 log = logging.getLogger(__name__)
@@ -52,13 +52,6 @@ log = logging.getLogger(__name__)
 DEFAULT_DATABASE = "feiqiu_etl"
 DEMO_DATABASE = "feiqiu_demo"
 """``feiqiu-etl demo``'s own database on the embedded server: never mixed with real runs."""
-START_TIMEOUT = 60.0
-STOP_TIMEOUT = 60.0
-#: Longest wait for another command's start or stop of the same server (an initdb plus a start, with margin).
-LOCK_TIMEOUT = 3 * START_TIMEOUT
-SHARED_BUFFERS_MAX_MB = 1024
-HBA = ("# Written by feiqiu-etl at every start: Unix socket only, every role logs in with a password.\n"
-       "local all all scram-sha-256\n")
 # Characters a data folder path may hold: PostgreSQL's tools paste paths into shell commands.
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.,+@%=:/~ -]+$")
 
@@ -76,44 +69,6 @@ class ServerStatistics:
     account: str | None
     users: int
     pgdata: str | None = None
-
-
-def postmaster(pgdata: Path) -> tuple[int, Path | None, str] | None:
-    """(pid, socket folder, status) of a live postmaster of ``pgdata``, from ``postmaster.pid``; else None."""
-    import psutil
-
-    try:
-        lines = (pgdata / "postmaster.pid").read_text().splitlines()
-        pid = int(lines[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    if pid <= 0:  # a single-user backend (-pid) setting the password: no server to join
-        return None
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE or "postgres" not in proc.name():
-            return None  # a killed postmaster not yet reaped by the process that started it, or a reused pid
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.Error:
-        pass
-    socket_folder = Path(lines[4].split(",")[0].strip()) if len(lines) > 4 and lines[4].strip() else None
-    status = lines[7].strip() if len(lines) > 7 else ""
-    return pid, socket_folder, status
-
-
-def start_watcher(pgdata: Path, postmaster_pid: int) -> None:
-    """Start the watcher (:mod:`.watcher`, run as a process) of the server ``postmaster_pid`` on ``pgdata``
-    (detached; never raises: a server without a watcher is stopped by its last user, or by the next command, as
-    before)."""
-    env = {name: value for name, value in os.environ.items()
-           if name in ("PATH", "LANG", "TZ", "PYTHONPATH", "HOME") or name.startswith("LC_")}
-    try:
-        subprocess.Popen([sys.executable, "-m", "feiqiu_etl.db.embedded.watcher", str(pgdata), str(postmaster_pid)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                         cwd="/", start_new_session=True, close_fds=True)
-    except OSError as exc:
-        log.warning("embedded PostgreSQL: no watcher (%s); the last command using the server stops it", exc)
 
 
 @dataclass(eq=False)
@@ -263,8 +218,7 @@ class EmbeddedPostgres:
 
     # -------------------------------------------------------------------------------------- internals
     def _locked(self):
-        return flocked(self.home / f".{self.pgdata.name}.lock", LOCK_TIMEOUT,
-                       f"the embedded server of {self.pgdata}")
+        return server_lock(self.pgdata)
 
     def _owner_account(self, account: Account | None) -> Account | None:
         """The account the server of an existing ``pgdata`` runs as; refuses a folder of another user."""
@@ -303,7 +257,7 @@ class EmbeddedPostgres:
         except OSError:
             sock_mode = 0o777
         private = (st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == owner and not st.st_mode & 0o077
-                   and not sock_mode & 0o077 and _read_text(self.pgdata / "pg_hba.conf") == HBA)
+                   and not sock_mode & 0o077 and hba_is_ours(self.pgdata))
         if not private:
             raise EmbeddedServerError(
                 f"a PostgreSQL server (pid {pid}) runs on {self.pgdata} without a private socket or password "
@@ -312,31 +266,13 @@ class EmbeddedPostgres:
         self._pid, self._socket_dir = pid, folder
 
     def _launch(self, binaries: Path, passwords: dict[str, str], new_secret: bool) -> None:
+        """Prepare the data folder (:func:`~feiqiu_etl.db.embedded.cluster.prepare_cluster`), launch its
+        postmaster, wait until it is ready and start its watcher."""
         account = self._account
-        fresh = not (self.pgdata / "PG_VERSION").exists()
-        if fresh:
-            self._initdb(binaries)
-        remove_stale_socket_dir(self.pgdata, account)
-        hba = self.pgdata / "pg_hba.conf"
-        needs_password = fresh or new_secret or _read_text(hba) != HBA
-        self._write_server_file(hba, HBA)
-        if needs_password:
-            self._set_superuser_password(binaries, passwords[SUPERUSER])
+        prepare_cluster(self.pgdata, binaries, account, passwords[SUPERUSER], new_secret)
         folder, temporary = socket_dir(self.home, account)
-        log_path = self.pgdata / "log"
-        args = [str(binaries / "postgres"), "-D", str(self.pgdata), "-c", "listen_addresses=", "-c", f"port={PORT}",
-                "-c", f"unix_socket_directories={folder}", "-c", "unix_socket_permissions=0700",
-                "-c", "unix_socket_group=", "-c", "password_encryption=scram-sha-256",
-                "-c", f"shared_buffers={shared_buffers_mb()}MB"]
         try:
-            logfile = open(log_path, "a", encoding="utf-8")
-            if account is not None:
-                os.chown(log_path, account.uid, account.gid)
-            os.chmod(log_path, 0o600)
-            with logfile:
-                self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile,
-                                                 env=server_env(), umask=0o077, cwd="/", start_new_session=True,
-                                                 **as_account(account))
+            self._process = spawn_postgres(binaries, self.pgdata, folder, account)
         except OSError as exc:
             remove_dir(folder) if temporary else None
             raise EmbeddedServerError(f"cannot start the embedded PostgreSQL server: {exc}") from None
@@ -344,61 +280,14 @@ class EmbeddedPostgres:
         # Reap it the moment it exits (e.g. kill -9): a zombie keeps its pid alive, and PostgreSQL then refuses
         # every restart ("lock file postmaster.pid already exists") while this process lives.
         threading.Thread(target=self._process.wait, name="embedded-pg-reaper", daemon=True).start()
-        self._wait_ready(folder, temporary, log_path)
-        start_watcher(self.pgdata, self._process.pid)  # stops it once no user lives (a user killed with -9 too)
-
-    def _wait_ready(self, folder: Path, temporary: bool, log_path: Path) -> None:
-        """Wait (at most :data:`START_TIMEOUT` s) until the postmaster just launched says it is ready."""
-        process = self._process
-        assert process is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            running = postmaster(self.pgdata)
-            if running is not None and running[0] == process.pid and running[2] == "ready":
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
-                if temporary:
-                    remove_dir(folder)
-                raise EmbeddedServerError(f"embedded PostgreSQL failed to start ({first_problem(_tail(log_path))}; "
-                                          f"see {log_path})")
-            time.sleep(0.05)
-        self._pid, self._socket_dir = process.pid, folder
-
-    def _initdb(self, binaries: Path) -> None:
-        account = self._account
-        if account is not None:
-            private_dir(self.pgdata, account)  # initdb as the account cannot create it in a root-owned home
-        proc = run_as([str(binaries / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "--encoding=UTF8",
-                       "--auth-local=peer", "--auth-host=reject"], account)
-        if proc.returncode != 0:
-            raise EmbeddedServerError(f"cannot initialise the embedded PostgreSQL data folder {self.pgdata}: "
-                                      f"{first_problem(proc.stdout)}")
-
-    def _write_server_file(self, path: Path, text: str) -> None:
-        """Write a configuration file of the server (owned by its account, mode 0600)."""
         try:
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            if self._account is not None:
-                os.chown(tmp, self._account.uid, self._account.gid)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise EmbeddedServerError(f"cannot write {path}: {exc.strerror}") from None
-
-    def _set_superuser_password(self, binaries: Path, password: str) -> None:
-        """Store the superuser's password (as a SCRAM verifier) in single-user mode: no socket, no login."""
-        statement = f"ALTER ROLE {SUPERUSER} WITH PASSWORD '{scram_verifier(password)}'\n"
-        proc = run_as([str(binaries / "postgres"), "--single", "-D", str(self.pgdata), "-c", "listen_addresses=",
-                       "-c", "log_statement=none", "postgres"], self._account, input=statement)
-        problem = [line for line in proc.stdout.splitlines() if "ERROR:" in line or "FATAL:" in line]
-        if proc.returncode != 0 or problem:
-            raise EmbeddedServerError(f"cannot set the embedded server's password: {first_problem(proc.stdout)}")
+            wait_ready(self._process, self.pgdata)
+        except EmbeddedServerError:
+            if temporary:
+                remove_dir(folder)
+            raise
+        self._pid, self._socket_dir = self._process.pid, folder
+        start_watcher(self.pgdata, self._process.pid)  # stops it once no user lives (a user killed with -9 too)
 
     def _shutdown(self) -> None:
         """Stop the postmaster (:func:`shutdown_postmaster`) and reap it if this process started it."""
@@ -423,78 +312,12 @@ class EmbeddedPostgres:
             return
         atexit.unregister(self.stop)
         with contextlib.suppress(EmbeddedServerError):
-            with flocked(self.home / f".{self.pgdata.name}.lock", 0.2, f"the embedded server of {self.pgdata}"):
+            with server_lock(self.pgdata, 0.2):
                 users = [u for u in live_users(self.pgdata) if u != os.getpid()]
                 write_users(self.pgdata, users)
                 if not users:
                     shutdown_postmaster(self.pgdata, wait=False)
         self._pid = None
-
-
-def is_frozen(pid: int) -> bool:
-    """True when process ``pid`` is stopped (``SIGSTOP``): waiting for it to act would wait until it continues."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
-    except psutil.Error:
-        return False
-
-
-def shutdown_postmaster(pgdata: Path, *, wait: bool = True) -> None:
-    """Fast shutdown of the postmaster of ``pgdata`` (SIGINT), then immediate (SIGQUIT) after
-    :data:`STOP_TIMEOUT` s. Without ``wait``, or when the server is stopped (``SIGSTOP``: it would take the
-    signal only when it continues), the signal is sent and nothing waits for it."""
-    import psutil
-
-    running = postmaster(pgdata)
-    pid = running[0] if running else None
-    if pid is None:
-        return
-    try:
-        proc = psutil.Process(pid)
-        os.kill(pid, signal.SIGINT)
-        if not wait:
-            return
-        if is_frozen(pid):
-            log.warning("embedded PostgreSQL (pid %d) is stopped (SIGSTOP): it shuts down when it continues", pid)
-            return
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except psutil.TimeoutExpired:
-            log.warning("embedded PostgreSQL did not stop in %.0f s; stopping it immediately", STOP_TIMEOUT)
-            os.kill(pid, signal.SIGQUIT)
-            proc.wait(STOP_TIMEOUT)
-    except (psutil.Error, ProcessLookupError):
-        pass
-
-
-def shared_buffers_mb() -> int:
-    """The embedded server's ``shared_buffers`` in MiB: an eighth of the machine's memory, between PostgreSQL's
-    default 128 and :data:`SHARED_BUFFERS_MAX_MB`. A 1 M-row dimension and its indexes do not fit in the default
-    128 MiB; measured one after the other (incremental SCD2 merges of the bench's 1 M-row dim_member), 1 GiB
-    took 5.0 s instead of 7.5 s for 10 % changed keys and 0.96 s instead of 1.04 s for 1 %."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-    except (ValueError, OSError):
-        return 128
-    return max(128, min(SHARED_BUFFERS_MAX_MB, total // 8))
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _tail(path: Path, size: int = 4000) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def create_database(admin_dsn: str, database: str, *, drop_first: bool = False,

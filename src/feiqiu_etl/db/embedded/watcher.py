@@ -3,7 +3,7 @@
 The last command to leave stops the server (``EmbeddedPostgres.stop``). A command killed hard (``kill -9``, an
 OOM kill, a second signal that exits at once) cannot, and PostgreSQL has no idle shutdown of its own, so without
 help the server would run on until the next command happens to stop it. So the process that *starts* a server
-also starts this watcher (:func:`feiqiu_etl.db.embedded.server.start_watcher`, which imports nothing of this
+also starts this watcher (:func:`feiqiu_etl.db.embedded.postmaster.start_watcher`, which imports nothing of this
 module: it names it only): a small detached process (its own session; it outlives its parent) that looks at the
 server's list of users (:mod:`.handles`: pids, only live ones count) every :data:`INTERVAL` seconds. When no user
 lives, it takes the server's lock, looks again (a command may be joining right now) and stops the server with a
@@ -30,9 +30,8 @@ INTERVAL = 1.0
 def watch(pgdata: Path, pid: int, interval: float = INTERVAL) -> str:
     """Watch the server ``pid`` of ``pgdata`` until it is gone or stopped here; returns what happened."""
     from feiqiu_etl.db.embedded.errors import EmbeddedServerError
-    from feiqiu_etl.db.embedded.folders import flocked
     from feiqiu_etl.db.embedded.handles import live_users
-    from feiqiu_etl.db.embedded.server import LOCK_TIMEOUT, is_frozen, postmaster, shutdown_postmaster
+    from feiqiu_etl.db.embedded.postmaster import is_frozen, postmaster, server_lock, shutdown_postmaster
 
     def ours() -> bool:
         running = postmaster(pgdata)
@@ -45,7 +44,7 @@ def watch(pgdata: Path, pid: int, interval: float = INTERVAL) -> str:
         if live_users(pgdata) or is_frozen(pid):
             continue
         try:
-            with flocked(pgdata.parent / f".{pgdata.name}.lock", LOCK_TIMEOUT, f"the embedded server of {pgdata}"):
+            with server_lock(pgdata):
                 if not ours():
                     return "gone"
                 if live_users(pgdata):
