@@ -229,12 +229,15 @@ def test_a_bare_notification_does_not_cancel_a_run(pg_dsn):
     # any role that can connect can NOTIFY (the read-only `sql` role too); only a recorded request cancels
     from feiqiu_etl.registry import CANCEL_CHANNEL
 
-    with Simulator(sim_config(seed=29)) as sim:
+    with Simulator(sim_config(seed=29)) as sim, held_upstream(sim, after=3) as release:
         proc = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.1, 0.12)), env_for(sim.config.token))
         wait_for(lambda: len(sim.request_log()) >= 3, what="the run's requests")
         run_id = running_run(pg_dsn)["run_id"]
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+        # the run is held (a slow upstream) until it has heard the notification: a ~5 s run had ended first
+        wait_for(lambda: len(sim.request_log()) >= 5, timeout=60, what="requests after the notification")
+        release.set()
         code, data, err = finish(proc)
     assert code == 0 and data["status"] == "SUCCESS", err
     assert "ignored a cancel notification" in err
