@@ -7,6 +7,7 @@ the configured bound, and the run's record shows the failure."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from datetime import datetime
@@ -258,7 +259,12 @@ def test_alerts_test_sends_a_sample_to_each_target_or_the_one_named(tmp_path):
     assert [m["title"] for m in hook.messages()] == ["[feiqiu-etl] 测试告警"] * 2 and len(smtp.mails) == 1
     assert hook.messages()[0]["type"] == "info" and "测试消息" in smtp.mails[0].text()
     assert unknown.returncode == 2 and "no target 'nope'; the targets are hook, mail" in unknown.stderr
-    assert hung.returncode == 4 and "FAILED: no answer within 1 s" in hung.stdout and took < 6, (hung.stdout, took)
+    assert hung.returncode == 4 and "FAILED: no answer within 1 s" in hung.stdout, hung.stdout
+    # the bound is the promise, on the product's clock (the sending within 0.25 s of it); the whole process,
+    # measured from outside, only guards against a hang: a process waiting for the receiver would take its 60 s
+    # (seen: 9.8 s in all at load 13-23, an interpreter's start and exit included)
+    latency = float(re.search(r"no answer within 1 s \((\d+(?:\.\d+)?) s", hung.stdout).group(1))
+    assert latency <= 1 + 0.25 and took < 30, (hung.stdout, took)
     assert nothing.returncode == 2 and "no alert target" in nothing.stderr
     _no_secret(every.stdout, one.stdout, hung.stdout)
 
