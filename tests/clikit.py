@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Iterator
 
@@ -77,6 +79,41 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30, every: float 
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def held_upstream(sim, after: int, step: float = 1.0) -> Iterator[threading.Event]:
+    """A slow upstream until the test lets go: once ``sim`` has logged ``after`` requests, each accepted request
+    waits inside the simulator (at most ``step`` s: far below the run's ``api.timeout``, so nothing fails) until
+    the yielded event is set. A run holding its lane then outlasts however long another process takes to start
+    on a loaded machine, instead of a guessed duration (issue 28 item 8)."""
+    release = threading.Event()
+    service = sim.service
+    accepted = service._accepted
+
+    def held(*args, **kwargs):
+        if not release.is_set() and len(sim.request_log()) >= after:
+            release.wait(step)
+        return accepted(*args, **kwargs)
+
+    service._accepted = held
+    try:
+        yield release
+    finally:
+        release.set()
+        service._accepted = accepted
+
+
+def waiting_for_a_lane(dsn: str) -> bool:
+    """A session of ``dsn``'s database has tried a lane's lock and holds none: a run refused its lane at least
+    once and still polling for it (the lane guard's ``pg_try_advisory_lock``, every 0.25 s)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database() AND a.pid <> "
+            "pg_backend_pid() AND a.query LIKE 'SELECT pg_try_advisory_lock(%' AND NOT EXISTS (SELECT 1 FROM "
+            "pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)").fetchone()[0] > 0
 
 
 def running_run(dsn: str, timeout: float = 30) -> dict:

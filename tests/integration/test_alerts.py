@@ -7,6 +7,7 @@ the configured bound, and the run's record shows the failure."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from datetime import datetime
@@ -201,13 +202,19 @@ def test_a_receiver_that_hangs_or_answers_500_costs_at_most_the_bound_and_is_rec
         q_exited = time.time()
     assert code == q_code == 4, err[-800:]
     tail, quiet_tail = exited - _epoch(data["finished_at"]), q_exited - _epoch(q_data["finished_at"])
-    print(f"{mode}: run end → exit {tail:.2f} s with alerts, {quiet_tail:.2f} s without (bound {bound} s)")
     (alert,) = data["alerts"]
-    # The bound is kept inside the process (reading the history, sending, retries) to within 0.25 s; the
-    # whole process, measured from outside against the same run without alerts, adds scheduling noise on a
-    # shared 2-core machine (seen: up to 0.7 s on top of the bound at load 5).
+    print(f"{mode}: run end → exit {tail:.2f} s with alerts, {quiet_tail:.2f} s without; run end → alert done "
+          f"{_epoch(alert['sent_at']) - _epoch(data['finished_at']):.2f} s (bound {bound} s)")
+    # The promise (docs/guides/alerts.md: sending never holds the run up beyond timeout_seconds, plus a few
+    # bounded statements), on the product's own clock: the sending itself within 0.25 s of the bound, and from
+    # the run's end (finished_at) to the answer or the deadline (sent_at: reading the history, sending, retries)
+    # within 1 s of it.
     assert alert["latency_s"] <= bound + 0.25, alert
-    assert tail - quiet_tail < bound + 1.0, (tail, quiet_tail)
+    assert _epoch(alert["sent_at"]) - _epoch(data["finished_at"]) <= bound + 1.0, alert
+    # Measured from outside against the same run without alerts, the whole process only guards against a hang
+    # (a process that waited for the receiver would not end before it closes): two process ends on a shared
+    # 2-core machine differ by seconds under load (seen: 1.8 s on top of the bound at load 5-8).
+    assert tail - quiet_tail < bound + 8.0, (tail, quiet_tail)
     assert not alert["ok"] and alert["reasons"] == ["FAILED", "TOKEN_REFUSED", "STALE"]
     if mode in ("hang", "trickle"):
         assert alert["error"] == f"no answer within {bound:g} s" and len(bad.received) == 1
@@ -252,7 +259,12 @@ def test_alerts_test_sends_a_sample_to_each_target_or_the_one_named(tmp_path):
     assert [m["title"] for m in hook.messages()] == ["[feiqiu-etl] 测试告警"] * 2 and len(smtp.mails) == 1
     assert hook.messages()[0]["type"] == "info" and "测试消息" in smtp.mails[0].text()
     assert unknown.returncode == 2 and "no target 'nope'; the targets are hook, mail" in unknown.stderr
-    assert hung.returncode == 4 and "FAILED: no answer within 1 s" in hung.stdout and took < 6, (hung.stdout, took)
+    assert hung.returncode == 4 and "FAILED: no answer within 1 s" in hung.stdout, hung.stdout
+    # the bound is the promise, on the product's clock (the sending within 0.25 s of it); the whole process,
+    # measured from outside, only guards against a hang: a process waiting for the receiver would take its 60 s
+    # (seen: 9.8 s in all at load 13-23, an interpreter's start and exit included)
+    latency = float(re.search(r"no answer within 1 s \((\d+(?:\.\d+)?) s", hung.stdout).group(1))
+    assert latency <= 1 + 0.25 and took < 30, (hung.stdout, took)
     assert nothing.returncode == 2 and "no alert target" in nothing.stderr
     _no_secret(every.stdout, one.stdout, hung.stdout)
 

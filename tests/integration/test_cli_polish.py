@@ -214,3 +214,26 @@ def test_a_set_value_under_a_flag_is_still_checked(fresh_home, tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines() == [
             "Error: pipeline config for all tasks: pipeline.rate_max: expected float, got 'garbage'"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run", "--timeout", "abc"], "Error: --timeout: not a duration: 'abc' (45m, 90s, 2h, 1h30m or plain seconds)"),
+    (["run", "--timeout", "-5"], "Error: --timeout: not a duration: '-5' (45m, 90s, 2h, 1h30m or plain seconds)"),
+    (["check", "--wait-for-lane", "5x"],
+     "Error: --wait-for-lane: not a duration: '5x' (45m, 90s, 2h, 1h30m or plain seconds)"),
+    (["freshness", "--hours", "abc"],
+     "Error: --hours: the value must be a finite number written in ASCII digits, got 'abc'"),
+    (["demo", "--days", "99"], "Error: --days: 99 is not in the range 1<=x<=31."),
+])
+def test_a_refused_option_value_is_one_line_and_exit_2(args, line):
+    """Adversarial trial: ``--timeout abc`` printed click's usage block (3 lines and an empty one) where a settings
+    flag's or ``--older-than``'s bad value is one line. Every value click refuses is one line now, exit 2."""
+    proc = cli(*args)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [line], proc.stderr
+    json_logs = cli("--log-format", "json", *args)
+    assert json_logs.returncode == 2 and json.loads(json_logs.stderr)["message"] == line.removeprefix("Error: ")
+
+
+def test_an_unknown_option_keeps_clicks_usage_and_its_suggestion():
+    proc = cli("run", "--timout", "5")
+    assert proc.returncode == 2 and "Usage: " in proc.stderr and "'--timeout'" in proc.stderr

@@ -11,7 +11,8 @@ import time
 import psycopg
 import pytest
 
-from clikit import cli, cli_json, env_for, finish, run_args, running_run, start, wait_for
+from clikit import (cli, cli_json, env_for, finish, held_upstream, run_args, running_run, start, wait_for,
+                    waiting_for_a_lane)
 from feiqiu_etl.simulator import Simulator
 from feiqiu_etl.statistics import RunStatistics
 from flowkit import lane_violations, sim_config
@@ -25,13 +26,15 @@ def _overlaps(log) -> list:
 
 
 def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
-    with Simulator(sim_config(seed=21)) as sim:
+    with Simulator(sim_config(seed=21)) as sim, held_upstream(sim, after=3) as release:
         env = env_for(sim.config.token)
-        # ~15 s: longer than a second CLI process takes to start on a loaded 2-core machine (seen: 8 s at load 5)
+        # the first run is held (a slow upstream) until the second has been refused: however long a CLI process
+        # takes to start on a loaded machine (seen: 8 s at load 5; a first run of ~15 s had ended before it)
         first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.3, 0.4)), env)
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         holder = running_run(pg_dsn)["run_id"]
         second = cli(*run_args(sim, pg_dsn, *SETTLEMENT, dwd=True)[3:], env=env)  # DWD must not hide the refusal
+        release.set()
         code, data, err = finish(first)
         log = sim.request_log()
     assert second.returncode == 6, second.stderr
@@ -59,11 +62,14 @@ def test_a_second_run_on_the_same_token_is_refused_and_names_the_holder(pg_dsn):
 
 
 def test_with_wait_for_lane_the_second_run_waits_then_runs_without_overlap(pg_dsn):
-    with Simulator(sim_config(seed=22)) as sim:
+    with Simulator(sim_config(seed=22)) as sim, held_upstream(sim, after=3) as release:
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.2, 0.25)), env)   # ~10 s: outlasts a CLI start
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.2, 0.25)), env)   # held until the second waits
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         second = start(run_args(sim, pg_dsn, *SETTLEMENT, "--wait-for-lane", "120"), env)
+        wait_for(lambda: waiting_for_a_lane(pg_dsn) or first.poll() is not None, timeout=120, every=0.1,
+                 what="the second run waiting for the lane")
+        release.set()
         results = [finish(first), finish(second)]
         log = sim.request_log()
     assert [r[0] for r in results] == [0, 0], [r[2][-500:] for r in results]
@@ -223,12 +229,15 @@ def test_a_bare_notification_does_not_cancel_a_run(pg_dsn):
     # any role that can connect can NOTIFY (the read-only `sql` role too); only a recorded request cancels
     from feiqiu_etl.registry import CANCEL_CHANNEL
 
-    with Simulator(sim_config(seed=29)) as sim:
+    with Simulator(sim_config(seed=29)) as sim, held_upstream(sim, after=3) as release:
         proc = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.1, 0.12)), env_for(sim.config.token))
         wait_for(lambda: len(sim.request_log()) >= 3, what="the run's requests")
         run_id = running_run(pg_dsn)["run_id"]
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_notify(%s, %s)", (CANCEL_CHANNEL, run_id))
+        # the run is held (a slow upstream) until it has heard the notification: a ~5 s run had ended first
+        wait_for(lambda: len(sim.request_log()) >= 5, timeout=60, what="requests after the notification")
+        release.set()
         code, data, err = finish(proc)
     assert code == 0 and data["status"] == "SUCCESS", err
     assert "ignored a cancel notification" in err
@@ -263,11 +272,12 @@ def test_a_second_run_on_the_same_token_is_refused_whatever_its_connector_is_cal
                                          encoding="utf-8")
     (tmp_path / "feiqiu.dwd.yaml").write_text((shipped / "feiqiu.dwd.yaml").read_text(encoding="utf-8"),
                                               encoding="utf-8")
-    with Simulator(sim_config(seed=33)) as sim:
+    with Simulator(sim_config(seed=33)) as sim, held_upstream(sim, after=3) as release:
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.15, 0.2)), env)
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.15, 0.2)), env)  # held until the second ended
         wait_for(lambda: len(sim.request_log()) >= 3, what="the first run's requests")
         second = cli(*run_args(sim, pg_dsn, *SETTLEMENT, "--connector", str(tmp_path / "other.yaml"))[3:], env=env)
+        release.set()
         code, data, err = finish(first)
         log = sim.request_log()
     assert second.returncode == 6, second.stderr[-800:]
@@ -278,9 +288,9 @@ def test_a_second_run_on_the_same_token_is_refused_whatever_its_connector_is_cal
 def test_cancel_is_honoured_while_a_run_waits_for_its_lane(pg_dsn):
     """Issue 21 item 3: B waits for the lane A holds (``--wait-for-lane 300``); ``feiqiu-etl cancel B`` ends B
     CANCELLED within 2 s (measured by the cancel command, which waits for B's record), while A goes on."""
-    with Simulator(sim_config(seed=25)) as sim:
+    with Simulator(sim_config(seed=25)) as sim, held_upstream(sim, after=2):
         env = env_for(sim.config.token)
-        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.6, 0.7)), env)  # ~15 s
+        first = start(run_args(sim, pg_dsn, *SETTLEMENT, gaps=(0.6, 0.7)), env)  # held: it outlasts the test
         holder = running_run(pg_dsn)
         wait_for(lambda: len(sim.request_log()) >= 2, what="the first run's requests")
         second = start(run_args(sim, pg_dsn, *SETTLEMENT, "--wait-for-lane", "300"), env)
@@ -290,11 +300,15 @@ def test_cancel_is_honoured_while_a_run_waits_for_its_lane(pg_dsn):
             return runs[0] if runs else None
 
         waiting = wait_for(waiting_run, timeout=30, every=0.1, what="the second run")
-        time.sleep(1.0)  # it is waiting for the lane now (it polls the lock every 0.25 s)
+        # it is waiting for the lane now: refused once, polling the lock every 0.25 s (was: a guessed 1 s)
+        wait_for(lambda: waiting_for_a_lane(pg_dsn), timeout=120, every=0.1, what="the second run's lane wait")
         sent_before = len(sim.request_log())
         cancel = cli_json("cancel", waiting["run_id"], "--wait", "15", "--dsn", pg_dsn)
         code, data, err = finish(second, timeout=30)
         first_alive = first.poll() is None
+        # the holder goes on (its next held request answers within a second and a gap)
+        wait_for(lambda: len(sim.request_log()) > sent_before or first.poll() is not None, timeout=30,
+                 what="the holder's next request")
         first.send_signal(signal.SIGTERM)
         finish(first, timeout=60)
     assert cancel["status"] == "CANCELLED" and cancel["seconds"] < 2.0, cancel

@@ -3,6 +3,7 @@ then a rerun gives the same ODS content as an uninterrupted run (resume from the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -182,3 +183,59 @@ def test_a_signal_while_the_cli_is_still_importing_ends_in_one_line(sig, delay):
     silent.close()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert proc.returncode == 5 and len(err.strip().splitlines()) == 1, (proc.returncode, err)
+
+
+# The CLI with its output held until the test says so (a file appears): the window between the run's recorded
+# end and the process's exit, where a signal used to become a KeyboardInterrupt (exit 5, "interrupted").
+_HELD = """
+import os, sys, time
+import feiqiu_etl.cli.run as command
+shown = command.emit
+def held(result, as_json):
+    open(os.environ["HOLD_UNTIL"] + ".held", "w").close()
+    end = time.monotonic() + 60
+    while not os.path.exists(os.environ["HOLD_UNTIL"]) and time.monotonic() < end:
+        time.sleep(0.02)
+    shown(result, as_json)
+command.emit = held
+from feiqiu_etl.launcher import main
+sys.argv[0] = "feiqiu-etl"
+main()
+"""
+
+
+@pytest.mark.parametrize("when", ["recorded", "printing"])
+def test_a_signal_after_the_run_recorded_success_exits_as_success(live_sim, pg_dsn, tmp_path, when):
+    """Adversarial trial: a SIGTERM landing after the run's DWD load finished exited 5 ("interrupted: stopped
+    before finishing") while the run was recorded SUCCESS. The exit code agrees with the record, and stderr says
+    the signal came after the end — sent as soon as the registry says SUCCESS (the run is finishing: it said
+    "cancelling", although nothing was), or while the result is being printed (it exited 5)."""
+    go = tmp_path / "go"
+    sets = [f"--set={k}={v}" for k, v in {**FAST, **RESUME}.items()]
+    env = {**os.environ, "FEIQIU_API_TOKEN": live_sim.config.token, "HOLD_UNTIL": str(go)}
+    cmd = [sys.executable, "-c", _HELD, "run", "--api-base", live_sim.base_url, "--site-id",
+           str(live_sim.config.site_ids[0]), "--dsn", pg_dsn, "--tasks", "ODS_PAYMENT", "--dwd-tables",
+           "dwd.dwd_payment", "--json", "--unsafe-gaps", "--no-progress", *sets]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    end = time.monotonic() + 240  # a hang guard; the run takes seconds
+    status = None
+    while status is None:
+        assert proc.poll() is None, f"process ended early: {proc.communicate()}"
+        assert time.monotonic() < end, "the run never recorded its end"
+        time.sleep(0.05)
+        with contextlib.suppress(psycopg.Error), psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT status, exit_code FROM etl_meta.run WHERE finished_at IS NOT NULL").fetchone()
+            status = row and tuple(row)
+    assert status == ("SUCCESS", 0)
+    while when == "printing" and not (tmp_path / "go.held").exists():
+        assert proc.poll() is None and time.monotonic() < end, f"never reached the output: {proc.communicate()}"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the handler runs in the held process meanwhile
+    go.touch()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["status"] == "SUCCESS"
+    assert "interrupted" not in err and "cancelling" not in err
+    assert f"signal after run {json.loads(out)['run_id']} had ended SUCCESS: nothing is cancelled, exiting as it " \
+           "ended (exit 0)" in err

@@ -231,9 +231,60 @@ def test_a_dotenv_name_one_slip_from_ours_is_warned_about_and_another_name_is_no
     with caplog.at_level(logging.WARNING):
         load_settings(environ=names, dotenv=DotEnv(frozenset(names), frozenset(names)))
     warned = sorted(r.getMessage() for r in caplog.records)
-    assert warned == ["ETL_DB_DNS in .env is read by nothing (did you mean ETL_DB_DSN?)",
-                      "FEIQIU_API_TOKN in .env is read by nothing (did you mean FEIQIU_API_TOKEN?)"]
+    assert warned == [".env: ETL_DB_DNS is read by nothing (did you mean ETL_DB_DSN?)",
+                      ".env: FEIQIU_API_TOKN is read by nothing (did you mean FEIQIU_API_TOKEN?)"]
     caplog.clear()
     with caplog.at_level(logging.WARNING):  # the same names in the real environment: other software's
         load_settings(environ=names, dotenv=DotEnv())
+    assert caplog.records == []
+
+
+def test_an_api_name_one_slip_from_ours_in_a_dotenv_is_warned_about_with_its_file_and_line(tmp_path, caplog):
+    """Adversarial trial: ``API_TOKN`` or ``API_BASEE`` in a ``.env`` was ignored without a word (``API_*`` is
+    exempt from the unknown-name error: too generic to claim). A close misspelling of one of our names is
+    warned about, naming the file and the line (never the value); another ``API_*`` name is not."""
+    import logging
+
+    from feiqiu_etl.config import read_dotenv
+
+    path = tmp_path / "site.env"
+    path.write_text("# ours, misspelt\nAPI_TOKN=secret-value\n\nAPI_BASEE=http://h\nAPI_TIMEOT=3\n"
+                    "API_GATEWAY_KEY=other-software\nFEIQIU_API_TOKN=x\nAPI_RETRY_ATTEMPTS=2\n", encoding="utf-8")
+    environ: dict[str, str] = {}
+    dotenv = read_dotenv(path, environ, required=True)
+    with caplog.at_level(logging.WARNING):
+        settings = load_settings(environ=environ, dotenv=dotenv)
+    assert settings.api.retry_attempts == 2
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [f"{path}:2: API_TOKN is read by nothing (did you mean FEIQIU_API_TOKEN?)",
+                      f"{path}:4: API_BASEE is read by nothing (did you mean FEIQIU_API_BASE?)",
+                      f"{path}:5: API_TIMEOT is read by nothing (did you mean API_TIMEOUT?)",
+                      f"{path}:7: FEIQIU_API_TOKN is read by nothing (did you mean FEIQIU_API_TOKEN?)"]
+    assert not any("secret-value" in line for line in warned)
+
+
+def test_a_name_set_twice_in_a_dotenv_is_warned_about_and_the_last_line_wins(tmp_path, caplog):
+    """Adversarial trial: a duplicate name in a ``.env`` was accepted without a word. python-dotenv takes the
+    last one; one warning line per duplicated name says where, and which line wins (never the value)."""
+    import logging
+
+    from feiqiu_etl.config import read_dotenv
+
+    path = tmp_path / ".env"
+    path.write_text('PIPELINE_WORKERS=2\nFEIQIU_API_TOKEN=first-secret\nDB_POOL_SIZE="4"\nX_MULTI="a\nb"\n'
+                    "PIPELINE_WORKERS=3\nexport PIPELINE_WORKERS=5\nFEIQIU_API_TOKEN=second-secret\n",
+                    encoding="utf-8")
+    environ: dict[str, str] = {}
+    dotenv = read_dotenv(path, environ, required=True)
+    with caplog.at_level(logging.WARNING):
+        settings = load_settings(environ=environ, dotenv=dotenv)
+    assert settings.pipeline.workers == 5 and environ["FEIQIU_API_TOKEN"] == "second-secret"
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [f"{path}:7: PIPELINE_WORKERS is set 3 times (lines 1, 6, 7); the last one, line 7, wins",
+                      f"{path}:8: FEIQIU_API_TOKEN is set 2 times (lines 2, 8); the last one, line 8, wins"]
+    assert dotenv.where("DB_POOL_SIZE") == f"{path}:3" and dotenv.where("X_MULTI") == f"{path}:4"
+    caplog.clear()
+    path.write_text("PIPELINE_WORKERS=2\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        load_settings(environ={}, dotenv=read_dotenv(path, {}, required=True))
     assert caplog.records == []

@@ -115,6 +115,22 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _refused_value(exc: click.ClickException) -> str | None:
+    """An option value click refused (``click.BadParameter``: a number, a duration, a choice) as the one line
+    the command's own checks print (``--older-than: not a duration: …``, a settings flag's error), without
+    click's usage block: ``--timeout: not a duration: 'abc' (…)``. None for any other error (an unknown option
+    keeps click's usage and its "did you mean")."""
+    if not isinstance(exc, click.BadParameter):
+        return None
+    if exc.param_hint is not None:
+        hint = exc.param_hint if isinstance(exc.param_hint, str) else " / ".join(exc.param_hint)
+    elif exc.param is not None:
+        hint = max(exc.param.opts, key=len) if exc.param.opts else exc.param.human_readable_name
+    else:
+        return exc.message
+    return f"{hint.strip(chr(39))}: {exc.message}"
+
+
 def entry() -> None:
     """The console script: ``main`` with a last line of defence — whatever escapes becomes one line on
     stderr and a documented exit code (7 for the database, 1 for a bug), never a traceback (``-vv`` adds it)."""
@@ -125,10 +141,13 @@ def entry() -> None:
         main.main(standalone_mode=False)
     except click.ClickException as exc:
         exc.message = escape(exc.message)  # it may quote text from outside (a file, the database): one line
+        refused = _refused_value(exc)
         if _json_logs_asked():  # a log shipper reading --log-format json gets nothing but JSON
             from feiqiu_etl.logs import error_record
 
-            click.echo(error_record(exc.format_message()), err=True)
+            click.echo(error_record(refused or exc.format_message()), err=True)
+        elif refused is not None:
+            click.echo(f"Error: {refused}", err=True)
         else:
             exc.show()
         sys.exit(exc.exit_code)

@@ -1,8 +1,9 @@
 """``.env`` files: read with python-dotenv into the environment without overriding what is already set, and
 refused in one line when they cannot be right (unparsable line, not UTF-8, over 1 MiB, a NUL byte, a value over
-32 KiB). :class:`DotEnv` records which names a file set, for the settings model
+32 KiB). :class:`DotEnv` records which names a file set and on which line, for the settings model
 (:mod:`feiqiu_etl.config.settings`): an unknown setting in a ``.env`` is an error, one in the real environment
-may belong to other software and is ignored.
+may belong to other software and is ignored. A name set twice in one file is no error (python-dotenv takes the
+last one) but one warning line, which the settings model logs.
 """
 
 from __future__ import annotations
@@ -22,13 +23,24 @@ MAX_ENV_BYTES = 2**20
 class DotEnv:
     """What ``.env`` files put into the environment: ``defined``, every name they set (an unknown setting among
     them is an error), and ``applied``, those the real environment did not already hold (their value came
-    from the file: its source is ``.env``; the others' is ``environment``)."""
+    from the file: its source is ``.env``; the others' is ``environment``); ``lines``, ``(name, "file:line")``
+    of the line whose value counts; ``repeats``, one warning line per name a file sets more than once."""
 
     defined: frozenset[str] = frozenset()
     applied: frozenset[str] = frozenset()
+    lines: tuple[tuple[str, str], ...] = ()
+    repeats: tuple[str, ...] = ()
 
     def __or__(self, other: "DotEnv") -> "DotEnv":
-        return DotEnv(self.defined | other.defined, self.applied | other.applied)
+        """Both files' names; a name in both is the first file's (the second cannot override it)."""
+        first = dict(self.lines)
+        return DotEnv(self.defined | other.defined, self.applied | other.applied,
+                      self.lines + tuple((n, w) for n, w in other.lines if n not in first),
+                      self.repeats + other.repeats)
+
+    def where(self, name: str) -> str:
+        """``file:line`` of ``name``'s line (``.env`` when unknown)."""
+        return dict(self.lines).get(name, ".env")
 
 
 def read_dotenv(path: str | Path = ".env", environ: MutableMapping[str, str] | None = None, *,
@@ -37,7 +49,39 @@ def read_dotenv(path: str | Path = ".env", environ: MutableMapping[str, str] | N
     target = os.environ if environ is None else environ
     before = set(target)
     names = load_env_file(path, target, required=required)
-    return DotEnv(frozenset(names), frozenset(names - before))
+    if not names:
+        return DotEnv()
+    found = name_lines(Path(path))
+    lines = tuple((name, f"{path}:{numbers[-1]}") for name, numbers in found.items())
+    return DotEnv(frozenset(names), frozenset(names - before), lines, _repeats(Path(path), found))
+
+
+def name_lines(path: Path) -> dict[str, list[int]]:
+    """``{name: [line, …]}``: the 1-based lines of a (valid, UTF-8) ``.env`` file that set each name, in file
+    order, from python-dotenv's own parser (a quoted value may span lines)."""
+    import io
+
+    from dotenv.parser import parse_stream
+
+    found: dict[str, list[int]] = {}
+    for binding in parse_stream(io.StringIO(path.read_text(encoding="utf-8"))):
+        if binding.key is not None and not binding.error:
+            text = binding.original.string
+            blank = text[:len(text) - len(text.lstrip())].count("\n")  # blank lines before it are its mark
+            found.setdefault(binding.key, []).append(binding.original.line + blank)
+    return found
+
+
+def _repeats(path: Path, found: dict[str, list[int]]) -> tuple[str, ...]:
+    """One line per name set more than once: where, and which line wins (python-dotenv: the last)."""
+    return tuple(f"{path}:{numbers[-1]}: {_shown(name)} is set {len(numbers)} times (lines "
+                 f"{', '.join(map(str, numbers))}); the last one, line {numbers[-1]}, wins"
+                 for name, numbers in found.items() if len(numbers) > 1)
+
+
+def _shown(name: str) -> str:
+    """A variable name fit for one log line (escaped, at most 80 characters)."""
+    return name.encode("unicode_escape").decode()[:80]
 
 
 def load_env_file(path: str | Path = ".env", environ: MutableMapping[str, str] | None = None, *,

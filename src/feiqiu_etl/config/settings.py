@@ -35,6 +35,7 @@ The sections of the model (``pipeline.*``, ``integrity.*`` …: fields, defaults
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import typing
 from dataclasses import dataclass
@@ -297,15 +298,19 @@ def _environment(environ: Mapping[str, str], dotenv: DotEnv, tasks: frozenset[st
     setting is an error (the file exists for us); in the real environment it may belong to other software
     (e.g. Azure's ``PIPELINE_WORKSPACE``) and is ignored, as is any ``API_*`` (too generic to claim)."""
     found: dict[Source, dict[str, str]] = {Source.DOTENV: {}, Source.ENVIRONMENT: {}}
+    for line in dotenv.repeats:
+        logging.getLogger(__name__).warning("%s", line)
     for name, value in environ.items():
         key = NAMED.get(name) or env_to_key(name)
         if key is None and name in dotenv.defined:
-            _near_miss(name)
+            _near_miss(name, dotenv.where(name))
         if key is None or name in NAMED and not value:
             continue
         if name not in NAMED and _owner(key, tasks) is None:
             if name in dotenv.defined and not name.upper().startswith("API_"):
                 raise ConfigError(f"unknown setting {name} in .env: no key {key!r}")
+            if name in dotenv.defined:  # an API_* name is no error (too generic), but one slip from ours is said
+                _near_miss(name, dotenv.where(name))
             continue
         found[Source.DOTENV if name in dotenv.applied else Source.ENVIRONMENT][key] = value
     return tuple(read_layer(source, values, tasks) for source, values in found.items())  # type: ignore[return-value]
@@ -317,18 +322,20 @@ READ_ELSEWHERE = ("ETL_READER_DSN", "FEIQIU_ALERTS", "FEIQIU_ALERT_URLS", "FEIQI
 a misspelling too."""
 
 
-def _near_miss(name: str) -> None:
-    """Warn (stderr, one line) when a ``.env`` name that no setting reads is one slip from one of ours
-    (``FEIQIU_API_TOKN``): it is not an error, as a fleet file's ``token_env`` may be any name."""
+def _near_miss(name: str, where: str) -> None:
+    """Warn (stderr, one line naming ``where``, ``file:line``; never the value) when a ``.env`` name that no
+    setting reads is one slip from one of ours (``FEIQIU_API_TOKN``; ``API_TIMEOT``, or ``API_TOKN`` for
+    ``FEIQIU_API_TOKEN``): it is not an error, as a fleet file's ``token_env`` may be any name."""
     import difflib
-    import logging
 
-    ours = [*NAMED, *READ_ELSEWHERE]
-    match = difflib.get_close_matches(name.upper(), ours, n=1, cutoff=0.88)
-    if match and name not in ours:
-        logging.getLogger(__name__).warning(
-            "%s in .env is read by nothing (did you mean %s?)", name.encode("unicode_escape").decode()[:80],
-            match[0])
+    ours = {n: n for n in (*NAMED, *READ_ELSEWHERE)}
+    if name.upper().startswith("API_"):
+        ours |= {f"API_{k.upper()}": f"API_{k.upper()}" for k in _SECTIONS["api"].model_fields}
+        ours |= {n.removeprefix("FEIQIU_"): n for n in NAMED if n.startswith("FEIQIU_API_")}
+    match = difflib.get_close_matches(name.upper(), list(ours), n=1, cutoff=0.88)
+    if match and name not in ours.values():
+        logging.getLogger(__name__).warning("%s: %s is read by nothing (did you mean %s?)", where,
+                                            name.encode("unicode_escape").decode()[:80], ours[match[0]])
 
 
 def _owner(key: str, tasks: frozenset[str] | None) -> type[BaseModel] | None:

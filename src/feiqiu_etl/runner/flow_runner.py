@@ -136,6 +136,7 @@ class FlowRunner:
         self.control: RunControl | None = None
         self.guard: LaneGuard | None = None
         self._phase = "starting"
+        self.decided = False  # True once the run's outcome (status, exit code) is final, just before its record
         self._lock = threading.Lock()
         self._series: list[list[float]] = []   # [seconds since start, rows written], about once a second
         self._sampled = float("-inf")
@@ -189,6 +190,7 @@ class FlowRunner:
             if self.cancellation.is_cancelled and self.cancellation.reason:
                 self.result.error = self.result.error or f"cancelled ({self.cancellation.reason})"
             self.result.finished_at = iso(datetime.now(timezone.utc))
+            self.decided = True  # the outcome is final: a cancel from here changes nothing (cli/signals.py)
             self._record_end()
             logging.getLogger("feiqiu_etl").removeHandler(handler)
             self.guard.release()
