@@ -167,23 +167,7 @@ class FlowRunner:
                                   connect=self._connect, interval=self.heartbeat, guard=self.guard,
                                   on_lane_lost=self._lanes_lost).watched_by(self.health.watchdog).start()
         try:
-            log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
-                     len(plan.stores), plan.task_count, ", then DWD" if plan.dwd else "")
-            runnable = self._take_lanes()
-            self._phase = "ods"
-            threads = [threading.Thread(target=lane.run, name=f"lane-{lane.plan.name}", daemon=True)
-                       for lane in runnable]
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    self._sample()
-                    t.join(0.2)
-            if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
-                log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
-            elif plan.dwd is not None and not self.cancellation.is_cancelled and not self.result.database_lost:
-                self._phase = "dwd"
-                self.result.dwd = self._run_dwd()
+            self._run_lanes_then_dwd(plan)
         finally:
             self._phase = "finishing"
             self.result.finish(self.cancellation.is_cancelled)
@@ -207,6 +191,27 @@ class FlowRunner:
 
             prune_after_run(self.dsn, plan.retention_days, connect=self._end_connect)
         return self.result
+
+    def _run_lanes_then_dwd(self, plan) -> None:
+        """The run's body: every lane it holds in its own thread (sampled every 0.2 s meanwhile), then the DWD
+        load unless the run was cancelled, lost its database, or every lane was held by another run."""
+        log.info("run %s started: %d lane(s), %d store(s), %d task run(s)%s", self.run_id, len(plan.lanes),
+                 len(plan.stores), plan.task_count, ", then DWD" if plan.dwd else "")
+        runnable = self._take_lanes()
+        self._phase = "ods"
+        threads = [threading.Thread(target=lane.run, name=f"lane-{lane.plan.name}", daemon=True)
+                   for lane in runnable]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                self._sample()
+                t.join(0.2)
+        if not runnable and self.lanes and all(lane.result.busy for lane in self.lanes):
+            log.info("DWD skipped: every lane is in use by another run (its own DWD load follows it)")
+        elif plan.dwd is not None and not self.cancellation.is_cancelled and not self.result.database_lost:
+            self._phase = "dwd"
+            self.result.dwd = self._run_dwd()
 
     def _end_connect(self, dsn: str) -> psycopg.Connection:
         """A connection for optional end-of-run work: within :data:`END_CONNECT_TIMEOUT` s, the run's limits, and
