@@ -381,6 +381,23 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     return lines
 
 
+def dump(path: Path, dsn: str, night: Night) -> None:
+    """Night 2's simulator log entries and the lane's own timeline (``etl_meta.run_request`` of its run), as JSON."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT seq, site_id, task, gap_class, extract(epoch from started_at), seconds, gap, "
+                            "wait_reason, outcome FROM etl_meta.run_request WHERE started_at >= to_timestamp(%s) "
+                            "ORDER BY seq", (night.began[0],)).fetchall()
+    keys = ("seq", "site_id", "task", "gap_class", "started", "seconds", "gap", "wait_reason", "outcome")
+    path.write_text(json.dumps({"began": night.began, "entries": night.entries,
+                                "lane": [dict(zip(keys, map(_plain, r))) for r in rows]}), encoding="utf-8")
+
+
+def _plain(value):
+    return float(value) if hasattr(value, "as_integer_ratio") and not isinstance(value, int) else value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", type=int, default=2, help="stores on the one token (default 2)")
@@ -403,6 +420,7 @@ def main() -> None:
                              "after 60 %% of night 2's requests at the mean configured gap; reports what it cost")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds a run may take (default 7200)")
     parser.add_argument("--output", type=Path, help="also write the report here")
+    parser.add_argument("--dump", type=Path, help="write night 2's simulator log and lane timeline (JSON) here")
     args = parser.parse_args()
     if SAFETY_MARGIN_SECONDS * args.factor < JITTER_FLOOR:
         parser.exit(2, f"--factor {args.factor:g}: the scaled safety margin {SAFETY_MARGIN_SECONDS * args.factor * 1000:g} "
@@ -477,6 +495,8 @@ def main() -> None:
                                args.anchor + timedelta(hours=24), args.anchor, settings, last_seq, deadline,
                                inject_after)
             tail = report(args, second, means)
+            if args.dump:
+                dump(args.dump, dsn, second)
             print("\n".join(tail), flush=True)
         finally:
             sim.terminate()
