@@ -32,7 +32,16 @@ hour). The bench refuses a factor at which the scaled safety margin is below :da
 scheduling delay between a response and the simulator's mark of its completion, which nothing scales).
 
 It also reports the load average before and after each night, and the whole stores (every task SUCCESS, its last
-response by then) at 25/50/75/100 % of the night (``--night-hours``) and of the lane time.
+response by then) at 25/50/75/100 % of the night (``--night-hours``) and of the lane time; and where the lane's time
+went, per request, from the lane's own timeline (``etl_meta.run_request``): the gap at its class's safe floor, the gap
+above it (the pace's slack, the machine waking the lane late), the attempt (of it the simulator's own time), the
+rejections — and how often the simulator saw a gap shorter than the lane measured it by more than the scaled margin.
+
+The simulator runs at a raised priority (:data:`SIMULATOR_NICE`, where the machine permits it; the report's head says
+which): the upstream is another machine, and on a busy one the simulator's completion mark (from which rule 2 measures
+the next gap) can come 10 ms after the lane already had the response — a second of the modelled upstream at
+``--factor 0.01``, far above the scaled margin, and nothing scales it. The product (the run, its database) keeps the
+normal priority.
 
 ``--deadline HOURS`` gives the runs a deadline of HOURS of real time, scaled. ``--seed-first-load`` makes night 1 a
 seed: the first load runs with the simulator's risk control off and no gaps (minutes instead of hours for many
