@@ -97,3 +97,28 @@ def test_a_timed_out_request_holds_the_lane_for_the_next_request_of_any_task():
     lane.send(lambda: starts.append(clock.monotonic()), limiter)
     assert starts[0] - ended >= 60.0  # held, although that task's own gap is 0
     assert starts[1] - starts[0] == 1.0  # the hold applies once
+
+
+class _LateClock(FakeClock):
+    """A busy machine: every wait ends ``late`` seconds after it was due."""
+
+    def __init__(self, late: float):
+        super().__init__()
+        self.late = late
+
+    def wait(self, event, timeout):
+        cancelled = super().wait(event, timeout)
+        if timeout > 0:
+            self.advance(self.late)
+        return cancelled
+
+
+def test_the_lane_counts_the_time_it_woke_after_a_request_was_due():
+    clock = _LateClock(0.004)
+    lane = RequestScheduler(clock)
+    for _ in range(4):
+        lane.send(lambda: clock.advance(0.002), RateLimiter(0.033, 0.033))
+    s = lane.statistics()
+    # three gaps of 33 ms, each ended 4 ms late: the waits hold the lateness, and late_seconds says how much of it
+    assert s.waited_seconds == pytest.approx(3 * 0.037)
+    assert s.late_seconds == pytest.approx(3 * 0.004)

@@ -23,7 +23,8 @@ class SchedulerStatistics:
     ``next_due_in`` and ``wait_reason`` (one of :data:`WAIT_REASONS`) say when and why it goes out;
     ``floors`` are the per-class minimum gaps learnt from the upstream; ``busy_seconds`` is the time spent
     with a request in flight and ``waited_seconds`` the time spent in gaps (their sum per request is what
-    an ETA needs).
+    an ETA needs); ``late_seconds`` the part of ``waited_seconds`` after the requests were due (the machine woke
+    the lane late: what a planned gap does not include).
     """
 
     name: str
@@ -45,6 +46,7 @@ class SchedulerStatistics:
     aborted_in_flight: int
     busy_seconds: float
     waited_seconds: float
+    late_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ class RequestScheduler:
         self._io: RequestThread | None = None
         self._busy_seconds = 0.0
         self._waited_seconds = 0.0
+        self._late_seconds = 0.0
 
     @property
     def clock(self) -> Clock:
@@ -269,7 +270,10 @@ class RequestScheduler:
             else:
                 cancelled = self._clock.wait(cancel_event, remaining)
             with self._cond:
-                self._waited_seconds += max(0.0, self._clock.monotonic() - now)
+                woke = self._clock.monotonic()
+                self._waited_seconds += max(0.0, woke - now)
+                if not cancelled:
+                    self._late_seconds += max(0.0, woke - due.at)
                 if cancelled:
                     self._cancelled_waits += 1
             if cancelled:
@@ -443,7 +447,7 @@ class RequestScheduler:
                 floors=self._floors.snapshot(),
                 consecutive_transport_failures=self._transport_streak,
                 tripped=self._tripped, cancelled_waits=self._cancelled_waits, aborted_in_flight=self._aborted,
-                busy_seconds=self._busy_seconds, waited_seconds=self._waited_seconds,
+                busy_seconds=self._busy_seconds, waited_seconds=self._waited_seconds, late_seconds=self._late_seconds,
             )
 
     def __repr__(self) -> str:

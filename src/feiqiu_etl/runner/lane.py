@@ -23,6 +23,7 @@ kept — the tasks stopped or not started end ``DEADLINE``.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,11 @@ from feiqiu_etl.tasks.ods.task import BaseOdsTask, LaneAccess, TaskContext, Task
 
 PACE_STEP = 0.05
 """The pace is changed only by more than this (no flapping between two samples)."""
+SWITCH_INTERVAL = 0.001
+"""s: the interpreter's thread switch interval while lanes run (at most; Python's default is 5 ms). A response read by
+the lane's request thread, and the lane thread woken for its next request, wait for the interpreter behind the
+threads that parse and write the pages fetched; at 5 ms that wait was a request's largest cost on a busy machine
+(bench_night: 7 ms per attempt, the simulator's part 2 ms). Set for the whole process, never raised."""
 
 
 @dataclass
@@ -120,6 +126,8 @@ class LaneRunner:
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> LaneResult:
+        if sys.getswitchinterval() > SWITCH_INTERVAL:
+            sys.setswitchinterval(SWITCH_INTERVAL)
         self._started = self._moved = time.monotonic()
         self._arm_deadline()
         try:
@@ -322,13 +330,14 @@ class LaneRunner:
         return remaining_work(self._states() if states is None else states, self.plan.safe_gaps), self._overhead()
 
     def _overhead(self) -> float:
-        """Seconds a request holds the lane besides its gap, as this lane measured it (its wall time less the time
-        it waited in gaps, per request sent); the plan's figure before three requests."""
+        """Seconds a request holds the lane besides its planned gap, as this lane measured it (its wall time less the
+        time it waited in gaps, plus the time it woke after a request was due — a busy machine's delay, which the
+        planned gaps do not include — per request sent); the plan's figure before three requests."""
         lane = self.scheduler.statistics()
         if lane.requests_sent < 3 or self._started is None:
             return self.plan.request_seconds
         elapsed = (self._finished or time.monotonic()) - self._started
-        return max(0.0, elapsed - lane.waited_seconds) / lane.requests_sent
+        return max(0.0, elapsed - lane.waited_seconds + lane.late_seconds) / lane.requests_sent
 
     @staticmethod
     def _rows(finished: list[TaskRun], running: TaskStatistics | None) -> tuple[int, int]:
