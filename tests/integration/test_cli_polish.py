@@ -234,6 +234,25 @@ def test_a_refused_option_value_is_one_line_and_exit_2(args, line):
     assert json_logs.returncode == 2 and json.loads(json_logs.stderr)["message"] == line.removeprefix("Error: ")
 
 
+@pytest.mark.parametrize("args, argument", [(["sql"], "QUERY"), (["show"], "RUN_ID"), (["cancel"], "RUN_ID")])
+def test_a_missing_argument_is_named(args, argument):
+    """Fresh-user trial: ``feiqiu-etl sql`` said ``Error: query: `` (a missing argument is a BadParameter too, with
+    an empty message); it keeps click's usage and names the argument."""
+    proc = cli(*args)
+    assert proc.returncode == 2 and f"Error: Missing argument '{argument}'." in proc.stderr.splitlines(), proc.stderr
+    assert proc.stderr.startswith("Usage: ") and f"{args[0]} --help" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["state"], ["config"], ["alerts"]])
+def test_a_group_without_its_command_prints_its_help_as_help(args):
+    """Fresh-user trial: ``feiqiu-etl`` alone printed its help on one line with literal backslash-n (the one-line
+    escape of error text had reached click's "no command: here is the help")."""
+    proc = cli(*args)
+    text = proc.stdout + proc.stderr
+    assert "\\n" not in text and text.startswith("Usage: "), text[:300]
+    assert len(text.splitlines()) > 5 and ("Commands:" in text), text[:300]
+
+
 def test_an_unknown_option_keeps_clicks_usage_and_its_suggestion():
     proc = cli("run", "--timout", "5")
     assert proc.returncode == 2 and "Usage: " in proc.stderr and "'--timeout'" in proc.stderr

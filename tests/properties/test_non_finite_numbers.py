@@ -170,3 +170,28 @@ def test_the_readers_take_plain_numbers():
             parse_float(bad)
     with pytest.raises(ValueError):
         parse_float(float("nan"))
+
+
+@pytest.mark.parametrize("args", [["--now", "２０２６-12-01 12:00:00"],
+                                  ["--window-start", "２０２６-11-30 00:00:00", "--window-end", "2026-12-01 00:00:00"],
+                                  ["--backfill", "--from", "２０２６-11-30", "--to", "2026-12-01"]])
+def test_times_and_dates_in_full_width_digits_are_refused_before_any_work(args, tmp_path):
+    """strptime reads "２０２６" as 2026; the adversarial trial ran a SUCCESS with ``--now "２０２６-…"``. Port 9 (discard)
+    answers no HTTP: a request sent would end otherwise than exit 2."""
+    env = {**os.environ, "FEIQIU_ETL_HOME": str(tmp_path)}
+    code, out, err = finish(start([*PY, "run", "--api-base", "http://127.0.0.1:9", "--token", "abc", "--site-id", "1",
+                                   "--no-progress", *args], env), timeout=60)
+    assert code == 2 and "Traceback" not in err, (args, code, err[-2000:])
+    assert [line for line in err.splitlines() if line.startswith("Error:")] == [err.strip().splitlines()[-1]], err
+    assert "２０２６" in err and ("ASCII digits" in err or "expected a date YYYY-MM-DD" in err), err
+
+
+def test_the_window_parsers_take_ascii_digits_only():
+    from feiqiu_etl.connector.windows import day_range, parse_local
+
+    assert parse_local("2026-11-30 00:00:00").year == 2026
+    for text in ("２０２６-11-30 00:00:00", "2026-11-30 ０0:00:00", "２０２６-11-30"):
+        with pytest.raises(ValueError, match="ASCII digits"):
+            parse_local(text)
+    with pytest.raises(ValueError, match="--from"):
+        day_range("２０２６-11-30", "2026-12-01")

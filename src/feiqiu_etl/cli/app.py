@@ -120,8 +120,8 @@ def _refused_value(exc: click.ClickException) -> str | None:
     the command's own checks print (``--older-than: not a duration: …``, a settings flag's error), without
     click's usage block: ``--timeout: not a duration: 'abc' (…)``. None for any other error (an unknown option
     keeps click's usage and its "did you mean")."""
-    if not isinstance(exc, click.BadParameter):
-        return None
+    if not isinstance(exc, click.BadParameter) or isinstance(exc, click.MissingParameter):
+        return None  # a missing argument keeps click's usage and "Missing argument 'QUERY'"
     if exc.param_hint is not None:
         hint = exc.param_hint if isinstance(exc.param_hint, str) else " / ".join(exc.param_hint)
     elif exc.param is not None:
@@ -139,6 +139,9 @@ def entry() -> None:
 
     try:
         main.main(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `feiqiu-etl`, `feiqiu-etl state`: our own help, as is
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.message = escape(exc.message)  # it may quote text from outside (a file, the database): one line
         refused = _refused_value(exc)

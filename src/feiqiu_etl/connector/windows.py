@@ -67,6 +67,8 @@ def parse_local(text: str) -> datetime:
     """Parse ``"YYYY-MM-DD HH:MM:SS"`` (or ``"YYYY-MM-DD"``). Raises ``ValueError`` with the bad text: the field
     out of range when the shape is right (:func:`field_problem`), else the expected format."""
     text = text.strip()
+    if not text.isascii():  # strptime reads "２０２６" as 2026: digits are ASCII only (issue 28 item 7)
+        raise ValueError(f"expected 'YYYY-MM-DD HH:MM:SS' in ASCII digits, got {text!r}")
     for pattern in (API_FORMAT, "%Y-%m-%d"):
         try:
             return datetime.strptime(text, pattern)
@@ -217,6 +219,8 @@ def day_range(first: str | None, last: str | None) -> tuple[datetime | None, dat
             days.append(None)
             continue
         try:
+            if not text.isascii():  # strptime reads "２０２６" as 2026: digits are ASCII only (issue 28 item 7)
+                raise ValueError(text)
             day = datetime.strptime(text.strip(), "%Y-%m-%d")
         except ValueError:
             problem = field_problem(text)

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from pydantic import Field, field_validator, model_validator
 
+from feiqiu_etl.api.tokens import token_problem
 from feiqiu_etl.api.urls import base_url_problem
 from feiqiu_etl.common.yamldoc import Strict, load_definition
 
@@ -134,13 +135,15 @@ def load_fleet(path: str | Path) -> FleetModel:
 
 def resolve_tokens(fleet: FleetModel, environ: Mapping[str, str], path: str | Path = "fleet") -> dict[str, str]:
     """``{lane name: token}`` from the environment. Raises :class:`FleetError` naming the lane and the
-    variable (never a token) when one is unset or empty."""
+    variable (never a token) when one is unset or empty, or cannot be sent (:mod:`feiqiu_etl.api.tokens`)."""
     out: dict[str, str] = {}
     for i, lane in enumerate(fleet.lanes):
         token = (environ.get(lane.token_env) or "").strip()
         if not token:
             raise FleetError(f"{path}: lanes[{i}] ({lane.name}).token_env: environment variable "
                              f"{lane.token_env} is not set")
+        if problem := token_problem(token):
+            raise FleetError(f"{path}: lanes[{i}] ({lane.name}).token_env: the token in {lane.token_env} {problem}")
         out[lane.name] = token
     return out
 

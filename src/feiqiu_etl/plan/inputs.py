@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 from feiqiu_etl.api.retry import RetryPolicy
+from feiqiu_etl.api.tokens import token_problem
 from feiqiu_etl.api.urls import base_url_problem
 from feiqiu_etl.config import ConfigError, DotEnv, Settings, load_settings
 from feiqiu_etl.config.settings import reveal
@@ -224,6 +225,8 @@ def _lanes(options: RunOptions, connector: Connector, settings: Settings, specs:
     token = reveal(settings.api_token)
     if not token:
         raise ConfigError(f"no API token: set {TOKEN_ENV} or pass --token")
+    if problem := token_problem(token):
+        raise ConfigError(f"the API token ({TOKEN_ENV} or --token) {problem}")
     if not options.site_ids:
         raise ConfigError("at least one --site-id is required")
     stores = tuple(StorePlan(_site(s)) for s in dict.fromkeys(options.site_ids))
