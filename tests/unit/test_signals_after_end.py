@@ -49,3 +49,24 @@ def test_once_the_outcome_is_decided_a_signal_says_so_and_the_handlers_stay_unti
         assert signal.getsignal(signal.SIGINT) is not saved[signal.SIGINT]
     finally:
         _restore(saved)
+
+
+def test_a_signal_after_one_that_cancelled_the_run_aborts_with_130_even_once_the_run_has_decided(monkeypatch):
+    """Load run of the suite: the first SIGTERM cancelled, the run decided CANCELLED before the second arrived, and
+    the second exited 5 ("as it ended") where the documented second signal is exit 130."""
+    from feiqiu_etl.cli import signals as module
+
+    aborted = []
+    monkeypatch.setattr(module, "_abort_now", lambda line, code: aborted.append((line, code)))
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    token, end = CancellationToken(), RunEnd()
+    result = SimpleNamespace(run_id="r1", status="CANCELLED", exit_code=5)
+    end.runner = SimpleNamespace(decided=False, result=result)
+    try:
+        with signals_cancel(token, end):
+            signal.raise_signal(signal.SIGTERM)  # cancels
+            end.runner.decided = True
+            signal.raise_signal(signal.SIGTERM)  # the second signal
+            assert aborted == [(b"\nsecond signal: aborting now\n", 130)]
+    finally:
+        _restore(saved)

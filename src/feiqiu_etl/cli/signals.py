@@ -43,12 +43,18 @@ def signals_cancel(cancellation: CancellationToken, end: RunEnd | None = None) -
     """First SIGINT/SIGTERM → ``cancellation.cancel()`` (graceful); a second one aborts at once (exit 130), after
     running the hard-abort cleanups (the embedded server is stopped; nothing is left running). With ``end``: once
     ``end.decided()``, a signal says it came after the run had ended and the exit code stays the run's (a second
-    one exits at once with it); those handlers stay until the process exits (its output is the run's)."""
+    one exits at once with it); those handlers stay until the process exits (its output is the run's). A signal
+    after one that cancelled the run is always the second signal (exit 130), even once the run has decided."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
+    cancelled_by_signal = False
+
     def handler(signum: int, frame: Any) -> None:
+        nonlocal cancelled_by_signal
+        if cancelled_by_signal:  # the second signal of a run a signal cancelled, decided or not: at once, 130
+            _abort_now(b"\nsecond signal: aborting now\n", exitcodes.HARD_ABORT)
         decided = end.decided() if end is not None else None
         if decided is not None:
             end.signals += 1
@@ -60,6 +66,7 @@ def signals_cancel(cancellation: CancellationToken, end: RunEnd | None = None) -
         # moved the cursor behind it and left two stale display lines), and --log-format json stays JSON.
         logging.getLogger("feiqiu_etl").warning("cancelling: no new requests; writing what was fetched "
                                                 "(signal again to abort)")
+        cancelled_by_signal = True
         cancellation.cancel("signal")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
