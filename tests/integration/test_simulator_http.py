@@ -189,15 +189,16 @@ def test_gateway_faults_are_not_envelopes(sim, http):
 def test_stall_makes_the_client_time_out_and_the_lane_is_released_afterwards():
     sim = start(risk=RiskControlConfig(gap_standard=0.01, gap_groupbuy=0.01))
     try:
-        sim.inject(path="/api/member/list", kind="stall", stall_seconds=0.6)
+        # 3 s of stall: the next request must land while it is in flight, also at load 9 (0.6 s was overrun)
+        sim.inject(path="/api/member/list", kind="stall", stall_seconds=3.0)
         with client(sim, timeout=0.2) as c, pytest.raises(httpx.ReadTimeout):
             c.post("/api/member/list", json={"siteId": SITE})
         with client(sim) as c:
             assert post(c, "/api/table/list", {"siteId": SITE})["code"] == 42901  # still in flight
-            time.sleep(0.6)
+            time.sleep(3.0)
             assert post(c, "/api/table/list", {"siteId": SITE})["code"] == 0
         stalled = sim.request_log()[0]
-        assert stalled.fault == "stall" and stalled.ended - stalled.started >= 0.6
+        assert stalled.fault == "stall" and stalled.ended - stalled.started >= 3.0
     finally:
         sim.stop()
 

@@ -119,9 +119,9 @@ def test_small_scale_is_tiny_and_medium_is_fast():
     total = sum(len(small.records(t, SITE)) for t in TASK_CODES)
     assert 200 <= total <= 700
     assert 10 * 3 <= len(small.records("ODS_SETTLEMENT", SITE)) <= 20 * 3
-    started = time.monotonic()
+    started = time.process_time()  # the generator's own CPU time: at load 9 on 2 CPUs the wall clock took 8 s
     medium = make(scale="medium")
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
     assert len(medium.records("ODS_MEMBER", SITE)) == 2000
     assert 150 * 3 <= len(medium.records("ODS_SETTLEMENT", SITE))
 
