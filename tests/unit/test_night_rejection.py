@@ -65,25 +65,6 @@ def test_the_floor_is_the_rejected_gap_plus_the_margin_for_its_class_only_and_de
     assert sum(gaps) - 3.3 * len(gaps) <= 0.3 * (FLOOR_DECAY_REQUESTS + 1) / 2 + 1e-6  # half a margin a request
 
 
-def test_at_wide_gaps_the_floor_decays_over_the_violation_window_not_over_twenty_requests():
-    """A rejection at a 10 s gap (the default 5-20 s gaps): the floor (10.3 s) is gone once the accepted gaps span
-    20 documented minimums (60 s: the upstream's violation window), after 6 requests, not 20 (200 s); a floor
-    counted in requests had cost 3.16 gaps in bench_night at the default gaps."""
-    clock = FakeClock()
-    lane = RequestScheduler(clock, documented=DOCUMENTED, floor_margin=0.3)
-    limiter = RateLimiter(10.0, 10.0)
-    lane.send(_timed(clock, []), limiter, gap_class="standard")
-    with pytest.raises(Rejected):
-        lane.send(_timed(clock, [], error=Rejected(42901, 1)), limiter, gap_class="standard")
-    assert lane.floor("standard") == pytest.approx(10.3)
-    floors = []
-    for _ in range(6):
-        lane.send(_timed(clock, []), limiter, gap_class="standard")
-        floors.append(lane.floor("standard"))
-    assert floors[:5] == sorted(floors[:5], reverse=True) and 10.0 < floors[4] < floors[0] < 10.3
-    assert floors[5] == 0.0 and lane.statistics().floors == {}  # 6 accepted gaps of >= 10 s span the 60 s
-
-
 def test_rejected_again_at_the_learnt_floor_the_upstreams_bound_lasts_and_does_not_ratchet_further():
     clock = FakeClock()
     lane = RequestScheduler(clock, documented=DOCUMENTED, floor_margin=0.3)

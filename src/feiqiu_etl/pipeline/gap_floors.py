@@ -6,10 +6,8 @@ later requests of *that class* wait at least a learnt floor, and the lane says s
 
 - rejected at a gap ``g`` at or above the class's documented minimum (``documented``): the floor is
   ``g + floor_margin`` — the upstream's G is a little above ``g`` (or the rejection was a hiccup) — and it
-  *decays* with the time the class's accepted requests span: linearly to ``g`` over
-  :data:`FLOOR_DECAY_REQUESTS` × the documented minimum (20 × 3 s: the upstream's 60 s violation window), then
-  it is gone — about 20 requests at the narrowest gap, 6 at the default 5–20 s ones (issue 30: one rejection
-  costs a few gaps at any pace). Rejected again at or above that floor, the
+  *decays*: every success of the class takes ``floor_margin / FLOOR_DECAY_REQUESTS`` off it, and after
+  :data:`FLOOR_DECAY_REQUESTS` successes the floor is gone. Rejected again at or above that floor, the
   class's floor becomes the upstream's own bound, ``g + retryAfter``, for the rest of the lane;
 - rejected below the documented minimum (``--unsafe-gaps``): ``min(g + retryAfter, documented +
   floor_margin)`` for the rest of the lane (the upstream enforces what it documents);
@@ -25,21 +23,19 @@ from dataclasses import dataclass
 from typing import Mapping
 
 FLOOR_DECAY_REQUESTS = 20
-"""A floor learnt with a margin is gone once the class's accepted requests span this many documented minimum gaps
-(it shrinks linearly until then). 20 gaps of 3 s are a minute: a second rejection, if the upstream's G really is
-higher, lands outside the 60 s violation window of the first (upstream-api.md §2.2: three in 60 s ban the token).
-Time, not a count, so the rule holds at any pace and any time scale."""
+"""Successes of a class after which a floor learnt with a margin is gone (it shrinks linearly until then). 20
+requests at a 3 s gap are a minute: a second rejection, if the upstream's G really is higher, lands outside the
+60 s violation window of the first (upstream-api.md §2.2: three in 60 s ban the token)."""
 
 
 @dataclass
 class Floor:
-    """A learnt floor of one gap class: ``seconds`` now; ``margin`` to decay (0: it lasts) over ``window`` s of
-    accepted gaps, ``elapsed`` of them so far."""
+    """A learnt floor of one gap class: ``seconds`` now; ``margin`` left to decay (0: it lasts) and by how much a
+    success takes off it (``step``)."""
 
     seconds: float
     margin: float = 0.0
-    window: float = 0.0
-    elapsed: float = 0.0
+    step: float = 0.0
     successes: int = 0
 
 
@@ -80,7 +76,7 @@ class GapFloors:
         if old is not None and gap >= old.seconds - 1e-9:
             new = Floor(gap + demanded)  # twice in this class at or above a learnt floor: the upstream's bound
         elif documented is not None and gap >= documented - 1e-9 and margin > 0:
-            new = Floor(gap + margin, margin, FLOOR_DECAY_REQUESTS * max(documented, 1e-6))
+            new = Floor(gap + margin, margin, margin / FLOOR_DECAY_REQUESTS)
         elif documented is not None:
             new = Floor(min(gap + demanded, max(documented + margin, gap + margin)))
         else:
@@ -102,22 +98,19 @@ class GapFloors:
                               gap_class, gap, said, gap_class, new.seconds)
         else:
             self._log.warning("lane %s: the upstream rejected a %s request sent %.2f s after the last response as "
-                              "too early%s; later %s requests wait at least %.2f s, less with each one accepted, "
-                              "for %.0f s", self.lane, gap_class, gap, said, gap_class, new.seconds, new.window)
+                              "too early%s; the next %d %s requests wait at least %.2f s, less with each one "
+                              "accepted", self.lane, gap_class, gap, said, FLOOR_DECAY_REQUESTS, gap_class,
+                              new.seconds)
 
-    def decay(self, gap_class: str | None, gap: float | None = None) -> None:
-        """A success of ``gap_class`` sent ``gap`` s after the last response (``None``: a documented minimum's
-        worth): a floor learnt with a margin shrinks in proportion, and is gone once the accepted gaps span its
-        window (:data:`FLOOR_DECAY_REQUESTS` × the documented minimum)."""
+    def decay(self, gap_class: str | None) -> None:
+        """A success of ``gap_class``: a floor learnt with a margin shrinks by its step, and is gone after
+        :data:`FLOOR_DECAY_REQUESTS` successes."""
         learnt = self._floors.get(gap_class or "")
         if learnt is None or learnt.margin == 0.0:
             return
-        step = learnt.window / FLOOR_DECAY_REQUESTS if gap is None else max(gap, 0.0)
-        share = min(step, learnt.window - learnt.elapsed) / learnt.window
         learnt.successes += 1
-        learnt.elapsed += step
-        learnt.seconds -= learnt.margin * share
-        if learnt.elapsed >= learnt.window - 1e-9:
+        learnt.seconds -= learnt.step
+        if learnt.successes >= FLOOR_DECAY_REQUESTS:
             del self._floors[gap_class or ""]
             self._log.info("lane %s: the floor of %s learnt from a rejection has decayed: %d requests in a row were "
                            "accepted", self.lane, gap_class, learnt.successes)

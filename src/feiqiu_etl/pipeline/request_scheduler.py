@@ -397,7 +397,7 @@ class RequestScheduler:
         if error is None or isinstance(error, Cancelled):
             self._transport_streak = 0
             if error is None:
-                self._floors.decay(gap_class, gap_at_send)
+                self._floors.decay(gap_class)
             return
         hold = float(getattr(error, "hold_lane_seconds", 0.0) or 0.0)
         if hold > 0:
