@@ -256,3 +256,37 @@ def test_no_password_shows_in_the_output_of_a_run_or_a_failing_query(fresh_home)
     assert stored
     for text in (run.stdout, run.stderr, bad.stdout, bad.stderr, stored):
         assert not any(p in text for p in passwords)
+
+
+_CREATE_ACCOUNT = """
+import sys, time
+from pathlib import Path
+from feiqiu_etl.db.embedded import account
+account.SERVER_ACCOUNT = sys.argv[1]
+account.ACCOUNT_LOCK = Path(sys.argv[2])
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))  # both processes call useradd at the same instant
+print(account.ensure_server_account().uid)
+"""
+
+
+@as_root
+def test_two_processes_creating_the_server_account_at_once_get_the_same_account(tmp_path):
+    # a fresh machine, two pytest workers: two concurrent useradd of one name both "succeeded" (two uids, the
+    # last write of /etc/passwd won) and the loser's server could not enter its 0710 home (every test of that
+    # worker errored). The creation is serialised by a lock; each round is a new account name.
+    import time
+    import uuid
+
+    for _ in range(4):
+        name = f"fq_t_{uuid.uuid4().hex[:8]}"
+        at = f"{time.time() + 1.5:.3f}"
+        try:
+            procs = [subprocess.Popen([sys.executable, "-c", _CREATE_ACCOUNT, name, str(tmp_path / "lock"), at],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+            outs = [p.communicate(timeout=120) for p in procs]
+            assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
+            uids = {int(out.strip()) for out, _ in outs}
+            assert uids == {pwd.getpwnam(name).pw_uid}, (uids, pwd.getpwnam(name))
+        finally:
+            subprocess.run(["userdel", name], capture_output=True, timeout=60)
+            subprocess.run(["groupdel", name], capture_output=True, timeout=60)

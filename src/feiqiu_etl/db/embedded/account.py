@@ -19,8 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feiqiu_etl.db.embedded.errors import EmbeddedServerError
+from feiqiu_etl.db.embedded.locks import flocked
 
 SERVER_ACCOUNT = "feiqiu_etl_pg"
+#: Serialises the creation of the account: two concurrent ``useradd`` of one name can both "succeed" (each
+#: writes its own uid, the last write wins), and the loser then runs the server as a uid that no longer exists
+#: (seen with two pytest workers on a fresh machine). A root-only folder, so nobody else can hold the lock.
+ACCOUNT_LOCK = Path("/var/lib/.feiqiu-etl-account.lock")
+ACCOUNT_LOCK_TIMEOUT = 60.0  # seconds another process may spend creating the account (useradd takes ~0.1 s)
 #: Accounts that may own an existing data folder when running as root (older versions used the second).
 ACCEPTED_ACCOUNTS = (SERVER_ACCOUNT, "embedded_postgres")
 
@@ -67,10 +73,18 @@ def ensure_server_account() -> Account:
         raise EmbeddedServerError(
             f"running as root, the embedded server needs the system account {SERVER_ACCOUNT} and useradd is "
             "not available: create the account, run as a normal user, or use --dsn")
-    proc = subprocess.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                           "--shell", "/usr/sbin/nologin", SERVER_ACCOUNT], capture_output=True, text=True)
-    created = existing_server_account()
-    if created is None:  # (a concurrent useradd of the same name fails, and then the account exists)
+    with flocked(ACCOUNT_LOCK, ACCOUNT_LOCK_TIMEOUT, f"the creation of the system account {SERVER_ACCOUNT}"):
+        existing = existing_server_account()  # made by another process while this one waited
+        if existing is not None:
+            return existing
+        try:
+            proc = subprocess.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir",
+                                   "/nonexistent", "--shell", "/usr/sbin/nologin", SERVER_ACCOUNT],
+                                  capture_output=True, text=True, timeout=ACCOUNT_LOCK_TIMEOUT)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise EmbeddedServerError(f"cannot create the system account {SERVER_ACCOUNT}: {exc}") from None
+        created = existing_server_account()
+    if created is None:
         reason = " ".join(proc.stderr.split()) or f"exit {proc.returncode}"
         raise EmbeddedServerError(f"cannot create the system account {SERVER_ACCOUNT}: {reason}")
     return created

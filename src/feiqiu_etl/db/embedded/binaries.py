@@ -30,7 +30,8 @@ from pathlib import Path
 
 from feiqiu_etl.db.embedded.account import Account, run_as
 from feiqiu_etl.db.embedded.errors import EmbeddedServerError
-from feiqiu_etl.db.embedded.folders import flocked, remove_dir
+from feiqiu_etl.db.embedded.folders import remove_dir
+from feiqiu_etl.db.embedded.locks import flocked
 from feiqiu_etl.db.embedded.layout import PRODUCT_ROOT, ensure_product_root
 
 log = logging.getLogger(__name__)

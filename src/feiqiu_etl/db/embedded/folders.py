@@ -10,11 +10,9 @@ nobody else, may pass through to the data folder); missing parents it creates on
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import stat
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -89,27 +87,3 @@ def remove_dir(path: Path) -> None:
     """Remove a folder this package made, quietly (it may be gone already)."""
     with contextlib.suppress(OSError):
         shutil.rmtree(path)
-
-
-@contextlib.contextmanager
-def flocked(path: Path, timeout: float, what: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the file ``path`` (created 0600), waiting at most ``timeout`` seconds for
-    another process to release it; ``what`` names the lock's purpose in the one-line error."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise EmbeddedServerError(f"cannot write in {path.parent}: {exc.strerror or exc}") from None
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise EmbeddedServerError(f"another process has held {what} ({path}) for over {timeout:.0f} s: "
-                                              "try again when it is done") from None
-                time.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)  # releases the lock

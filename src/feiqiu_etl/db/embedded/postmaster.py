@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from feiqiu_etl.db.embedded.folders import flocked
+from feiqiu_etl.db.embedded.locks import flocked
 
 log = logging.getLogger(__name__)
 
