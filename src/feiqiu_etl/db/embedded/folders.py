@@ -14,7 +14,6 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Iterator
 
 from feiqiu_etl.db.embedded.account import Account
 from feiqiu_etl.db.embedded.errors import EmbeddedServerError
