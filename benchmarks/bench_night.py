@@ -36,6 +36,9 @@ response by then) at 25/50/75/100 % of the night (``--night-hours``) and of the 
 went, per request, from the lane's own timeline (``etl_meta.run_request``): the gap at its class's safe floor, the gap
 above it (the pace's slack, the machine waking the lane late), the attempt (of it the simulator's own time), the
 rejections — and how often the simulator saw a gap shorter than the lane measured it by more than the scaled margin.
+With ``--inject-42901``, what the injected rejection cost in gaps: exactly, from the lane's timeline (each attempt's gap
+drawn against its gap waited: what the floor and the hold added), and as the simulator saw it (random gaps against
+median ones: noisy).
 
 The simulator runs at a raised priority (:data:`SIMULATOR_NICE`, where the machine permits it; the report's head says
 which): the upstream is another machine, and on a busy one the simulator's completion mark (from which rule 2 measures
@@ -299,29 +302,75 @@ def order_line(args, night: Night, entries: list[dict]) -> str:
             f"every store's recent data before it: {'yes' if not late else 'NO: ' + ', '.join(map(str, late))}")
 
 
-def injected_cost(entries: list[dict], f: float) -> list[str]:
-    """What an injected ``code42901`` cost the lane, in gaps: the gaps (as the simulator saw them: a request's arrival
-    less the previous response's end) from the last accepted response before it through the next
-    ``FLOOR_DECAY_REQUESTS + 1`` accepted requests, plus the rejected request's own time, less as many median gaps
-    of the 200 accepted requests before it."""
+def injected_cost(night: Night, entries: list[dict], f: float) -> list[str]:
+    """What an injected ``code42901`` cost the lane, in gaps: from the lane's own timeline (exact, :func:`lane_cost`),
+    then as the simulator saw it (:func:`simulator_cost`: random gaps against median ones, noisy)."""
     faults = [i for i, e in enumerate(entries) if e.get("fault") == "code42901"]
     if not faults:
         return []
-    i = faults[0]
+    return [lane_cost(night, entries, faults[0], f), simulator_cost(entries, faults[0], f)]
+
+
+def lane_cost(night: Night, entries: list[dict], i: int, f: float) -> str:
+    """The injected 42901 ``entries[i]`` (the k-th 42901 the simulator answered is the lane's k-th ``throttled``
+    attempt) from the lane's timeline: the rejected attempt's gap and its own time, plus what floors and holds added
+    to the gaps drawn (``gap - drawn``, at least 0) of the attempts after it until ``FLOOR_DECAY_REQUESTS + 1`` of its
+    class were accepted (the floor is gone), in mean drawn gaps of its class; beside it the same sum over as many
+    accepted before it (the machine's late wake-ups alone)."""
+    k = sum(1 for e in entries[:i] if e["code"] == 42901)
+    rejected = [n for n, r in enumerate(night.lane) if r["outcome"] == "throttled"]
+    if len(rejected) <= k:
+        return "  injected 42901, lane timeline: the rejected attempt is not in it"
+    j = rejected[k]
+    r = night.lane[j]
+    mine = [x for x in night.lane if x["gap_class"] == r["gap_class"] and x["drawn"] is not None]
+    if not mine or r["gap"] is None:
+        return "  injected 42901, lane timeline: no gaps drawn recorded"
+
+    def added(rows: list[dict]) -> float:
+        return sum(max(0.0, x["gap"] - x["drawn"]) for x in rows if x["gap"] is not None and x["drawn"] is not None)
+
+    def span(rows: list[dict]) -> list[dict]:  # up to and including the (N+1)-th accepted attempt of the class
+        out, ok = [], 0
+        for x in rows:
+            out.append(x)
+            ok += x["outcome"] == "ok" and x["gap_class"] == r["gap_class"]
+            if ok == FLOOR_DECAY_REQUESTS + 1:
+                return out
+        return []
+
+    after, before = span(night.lane[j + 1:]), span(night.lane[:j][::-1])
+    if not after:
+        return "  injected 42901, lane timeline: too close to the end of the night to measure"
+    mean = sum(x["drawn"] for x in mine) / len(mine)
+    cost = r["gap"] + r["seconds"] + added(after)
+    return (f"  injected 42901 at {(r['started'] - night.lane[0]['started']) / f / 3600:.2f} h, from the lane's timeline: "
+            f"the rejected attempt's gap {r['gap'] * 1000:.1f} ms + its time {r['seconds'] * 1000:.1f} ms + what floors "
+            f"and holds added to the gaps drawn of the {len(after)} attempts after it (until {FLOOR_DECAY_REQUESTS + 1} "
+            f"of {r['gap_class']} were accepted) {added(after) * 1000:.1f} ms (the same over the {len(before)} before "
+            f"it, the machine's late wake-ups: {added(before) * 1000:.1f} ms) = {cost * 1000:.1f} ms: it cost "
+            f"{cost / mean:.2f} gaps (mean gap drawn {mean * 1000:.1f} ms; {cost / f:.1f} s scaled back)")
+
+
+def simulator_cost(entries: list[dict], i: int, f: float) -> str:
+    """The injected 42901 ``entries[i]`` as the simulator saw it: the gaps (a request's arrival less the previous
+    response's end) from the last accepted response before it through the next ``FLOOR_DECAY_REQUESTS + 1``
+    accepted requests, plus the rejected request's own time, less as many median gaps of the 200 accepted requests
+    before it (random gaps against median ones: a 21-gap sum has a std of ~1.8 gaps)."""
     accepted = [e for e in entries if e.get("accepted") and e.get("fault") is None]
     before = [e for e in accepted if e["started"] < entries[i]["started"]]
     after = [e for e in accepted if e["started"] > entries[i]["started"]][:FLOOR_DECAY_REQUESTS + 1]
     if len(before) < 2 or len(after) < FLOOR_DECAY_REQUESTS + 1:
-        return ["  injected 42901: too close to an end of the night to measure"]
+        return "  injected 42901, as the simulator saw it: too close to an end of the night to measure"
     seen = sorted(b["started"] - a["ended"] for a, b in zip(before[-201:], before[-200:]))
     median = seen[len(seen) // 2]
     chain = [before[-1], entries[i], *after]  # the gaps between them, and the rejected request's own time
     spent = sum(b["started"] - a["ended"] for a, b in zip(chain, chain[1:])) + entries[i]["ended"] - entries[i]["started"]
     lost = spent - len(after) * median
-    return [f"  injected 42901 at {(entries[i]['started'] - entries[0]['started']) / f / 3600:.2f} h: the {len(after)} "
-            f"gaps after it (and the rejected request) took {spent * 1000:.0f} ms where {len(after)} median gaps "
-            f"({median * 1000:.1f} ms) are {len(after) * median * 1000:.0f} ms: it cost {lost / median:.2f} gaps "
-            f"({lost / f:.1f} s scaled back)"]
+    return (f"  injected 42901 at {(entries[i]['started'] - entries[0]['started']) / f / 3600:.2f} h, as the simulator "
+            f"saw it: the {len(after)} gaps after it (and the rejected request) took {spent * 1000:.0f} ms where "
+            f"{len(after)} median gaps ({median * 1000:.1f} ms) are {len(after) * median * 1000:.0f} ms: it cost "
+            f"{lost / median:.2f} gaps ({lost / f:.1f} s scaled back; random gaps against median ones, noisy)")
 
 
 def _share(values: list[float], q: float) -> float:
@@ -401,7 +450,7 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
     lane_hours = (t_end - t0) / f / 3600
     lines.append(f"lane: {len(entries)} requests, sent/minimum {total_sent}/{total_min} = {total_sent / total_min:.2f}x; "
                  f"42901: {codes.get(42901, 0)}, 42902: {codes.get(42902, 0)} (per gap class 42901/42902: {per_class})")
-    lines.extend(injected_cost(entries, f))
+    lines.extend(injected_cost(night, entries, f))
     lines.extend(time_split(night, entries, f))
     previous = None
     for e in entries:  # each rejection: when, and how long after the previous accepted response it arrived
@@ -452,12 +501,12 @@ def report(args, night: Night, means: dict[str, float]) -> list[str]:
 
 def lane_timeline(dsn: str, since: float) -> list[dict]:
     """The lane's own record of its attempts since ``since`` (epoch s): ``etl_meta.run_request`` rows in order, with
-    ``started`` as epoch seconds, ``seconds`` (the attempt as the lane timed it) and ``gap`` (since the last
-    response, as the lane measured it)."""
-    keys = ("seq", "site_id", "task", "gap_class", "started", "seconds", "gap", "wait_reason", "outcome")
+    ``started`` as epoch seconds, ``seconds`` (the attempt as the lane timed it), ``gap`` (since the last
+    response, as the lane measured it) and ``drawn`` (the gap the lane drew for it)."""
+    keys = ("seq", "site_id", "task", "gap_class", "started", "seconds", "gap", "wait_reason", "outcome", "drawn")
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(f"SELECT {', '.join(keys[:4])}, extract(epoch from started_at)::float8, seconds, gap, "
-                            "wait_reason, outcome FROM etl_meta.run_request WHERE started_at >= to_timestamp(%s) "
+                            "wait_reason, outcome, drawn FROM etl_meta.run_request WHERE started_at >= to_timestamp(%s) "
                             "ORDER BY started_at, seq", (since,)).fetchall()
     return [dict(zip(keys, r)) for r in rows]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 import time
 
+import psycopg
+
 from clikit import env_for, finish, run_args, start, wait_for
 from feiqiu_etl.simulator import Simulator
 from flowkit import run_flow, sim_config
@@ -21,6 +23,14 @@ def test_a_retry_after_on_the_last_attempt_holds_the_next_request_of_another_tas
     last_429 = max(e.ended for e in log if e.path == "/api/payment/list")
     refund = min(e.started for e in log if e.path == "/api/refund/list")
     assert refund - last_429 >= 2.0 - 0.01  # the demanded wait binds the lane, not the request
+    with psycopg.connect(pg_dsn) as conn:  # the timeline keeps the gap drawn beside the gap waited
+        rows = conn.execute("SELECT task, gap, drawn, wait_reason FROM etl_meta.run_request WHERE run_id = %s "
+                            "ORDER BY started_at, seq", (result.run_id,)).fetchall()
+    assert rows and all(drawn is not None and drawn >= 0 for _, _, drawn, _ in rows)
+    first_refund = next(r for r in rows if r[0] == "ODS_REFUND")
+    assert first_refund[3] == "retry-after" and first_refund[1] >= 2.0 - 0.01  # the hold, not ...
+    assert 0.02 <= first_refund[2] <= 0.028 + 1e-6  # ... the gap drawn (flowkit's 20-28 ms)
+    assert all(gap >= drawn - 0.01 for _, gap, drawn, _ in rows if gap is not None)  # waited at least the draw
 
 
 def test_sigterm_during_a_stalled_response_exits_within_two_seconds(pg_dsn):

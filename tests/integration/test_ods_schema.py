@@ -35,3 +35,20 @@ def test_all_24_ods_tables_match_the_warehouse_model(pg_dsn):
             "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'ods.group_package_content'::regclass "
             "AND i.indisprimary ORDER BY a.attnum").fetchall()
         assert [r[0] for r in pk] == ["site_id", "package_id", "content_id"]
+
+
+def test_an_older_request_timeline_gains_the_drawn_gap_column_and_keeps_its_rows(pg_dsn):
+    from feiqiu_etl.db.schema import ensure_schemas
+
+    with psycopg.connect(pg_dsn) as conn:
+        ensure_schemas(conn)
+        conn.execute("ALTER TABLE etl_meta.run_request DROP COLUMN drawn")  # as an earlier version left it
+        conn.execute("INSERT INTO etl_meta.run_request (run_id, lane, seq, started_at, seconds, gap, outcome) "
+                     "VALUES ('r1', 'default', 1, now(), 0.05, 3.3, 'ok')")
+        conn.execute("DELETE FROM etl_meta.schema_version")
+        conn.commit()
+        ensure_schemas(conn)
+        assert ("drawn", "double precision", "YES") in _columns(conn, "etl_meta", "run_request")
+        assert conn.execute("SELECT gap, drawn FROM etl_meta.run_request").fetchall() == [(3.3, None)]
+        ensure_schemas(conn)  # applied once: the next command skips it
+        assert conn.execute("SELECT count(*) FROM etl_meta.schema_version").fetchone()[0] == 1

@@ -131,7 +131,7 @@ def test_a_cancel_aborts_the_request_in_flight_at_once():
     assert lane.statistics().aborted_in_flight == 1
 
 
-def test_attempt_records_carry_gap_reason_and_outcome():
+def test_attempt_records_carry_gap_drawn_and_waited_reason_and_outcome():
     clock = FakeClock()
     records = []
     lane = RequestScheduler(clock, observer=records.append)
@@ -143,6 +143,8 @@ def test_attempt_records_carry_gap_reason_and_outcome():
     assert [(r.seq, r.outcome, r.wait_reason) for r in records] == [(1, "ok", None), (2, "throttled", "gap"),
                                                                      (3, "ok", "floor")]  # 2 s drawn + 4 s demanded
     assert records[1].gap == pytest.approx(2.0) and records[2].label == "/a page 2" and records[2].tenant == 7
+    assert [r.drawn for r in records] == pytest.approx([2.0] * 3)  # the gap drawn, beside the gap waited:
+    assert records[2].gap == pytest.approx(6.0)  # the floor's 6 s
 
 
 def test_a_rejection_of_a_request_that_honoured_the_floor_does_not_ratchet_it_up():

@@ -233,7 +233,13 @@ CREATE TABLE IF NOT EXISTS etl_meta.store_size (
 """
 
 
-_DDL_HASH = hashlib.sha256((_META_DDL + _RUN_DDL + _RUN_TABLES).encode()).hexdigest()[:16]
+_REQUEST_DDL = """
+ALTER TABLE etl_meta.run_request
+    ADD COLUMN IF NOT EXISTS drawn double precision;
+"""
+"""Columns added to ``etl_meta.run_request`` (created by ``_RUN_TABLES``) since it was created."""
+
+_DDL_HASH = hashlib.sha256((_META_DDL + _RUN_DDL + _RUN_TABLES + _REQUEST_DDL).encode()).hexdigest()[:16]
 """What the etl_meta DDL of this version is: recorded once applied, so that the next command skips it."""
 
 
@@ -253,15 +259,21 @@ def ensure_schemas(conn: psycopg.Connection) -> None:
         for schema in SCHEMAS:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(_META_DDL)
-        migrated = conn.execute(  # the newest column of _RUN_DDL
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = 'etl_meta' AND table_name = 'run' "
-            "AND column_name = 'recorded_late_at'").fetchone()
-        if not migrated:  # ALTER TABLE locks the table: only when a column is missing
+        # ALTER TABLE locks the table: only when a column is missing (the newest column of each ALTER)
+        if not _has_column(conn, "run", "recorded_late_at"):
             conn.execute(_RUN_DDL)
         conn.execute(_RUN_TABLES)
+        if not _has_column(conn, "run_request", "drawn"):
+            conn.execute(_REQUEST_DDL)
         conn.execute("CREATE TABLE IF NOT EXISTS etl_meta.schema_version (ddl_hash text PRIMARY KEY, "
                      "applied_at timestamptz NOT NULL DEFAULT now())")
         conn.execute("INSERT INTO etl_meta.schema_version (ddl_hash) VALUES (%s) ON CONFLICT DO NOTHING", (_DDL_HASH,))
+
+
+def _has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
+    """Whether ``etl_meta.<table>`` has ``column``."""
+    return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = 'etl_meta' AND table_name = %s "
+                        "AND column_name = %s", (table, column)).fetchone() is not None
 
 
 def ensure_ods_tables(conn: psycopg.Connection, specs: Iterable[OdsTaskSpec]) -> None:

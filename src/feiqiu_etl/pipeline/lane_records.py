@@ -54,7 +54,8 @@ class AttemptRecord:
     """One attempt as the lane saw it (for timelines): monotonic ``started``/``ended`` (s), the wait before it
     (``gap``, s, None for the first request) and why it waited, and ``outcome``: ``ok``, ``throttled``,
     ``banned``, ``hold`` (a retry hint), ``timeout``, ``unreachable``, ``aborted`` (cancelled in flight) or
-    ``error``; ``detail`` is the error's one-line text."""
+    ``error``; ``detail`` is the error's one-line text; ``drawn`` (s) the gap the lane drew for it (the limiter's
+    draw, narrowed by the pace): ``gap - drawn`` is what floors, holds and a late wake-up added."""
 
     seq: int
     started: float
@@ -66,6 +67,7 @@ class AttemptRecord:
     wait_reason: str | None
     outcome: str
     detail: str | None = None
+    drawn: float | None = None
 
 
 def attempt_outcome(error: BaseException | None) -> str:

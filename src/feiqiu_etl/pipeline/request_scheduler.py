@@ -351,6 +351,7 @@ class RequestScheduler:
             self._sent += 1
             started = self._clock.monotonic()
             gap_at_send = started - self._last_end if self._last_end is not None else None
+            drawn = self._drawn[1] if self._drawn is not None else None
         error: BaseException | None = None
         try:
             if abortable and cancel_event is not None:
@@ -379,7 +380,7 @@ class RequestScheduler:
                 seq = self._sent
             if self._observer is not None:
                 self._observe(AttemptRecord(seq, started, end, label, tenant, gap_class, gap_at_send, reason,
-                                            attempt_outcome(error), attempt_detail(error)))
+                                            attempt_outcome(error), attempt_detail(error), drawn))
 
     def _observe(self, record: AttemptRecord) -> None:
         try:
@@ -397,7 +398,7 @@ class RequestScheduler:
         if error is None or isinstance(error, Cancelled):
             self._transport_streak = 0
             if error is None:
-                self._floors.decay(gap_class)
+                self._floors.accepted(gap_class, gap_at_send)
             return
         hold = float(getattr(error, "hold_lane_seconds", 0.0) or 0.0)
         if hold > 0:

@@ -115,7 +115,7 @@ def append_log(conn: psycopg.Connection, run_id: str, entries: list[dict]) -> No
 
 
 REQUEST_COLUMNS = ("lane", "seq", "site_id", "task", "request", "gap_class", "started_at", "seconds", "gap",
-                   "wait_reason", "outcome", "detail")
+                   "wait_reason", "outcome", "detail", "drawn")
 
 
 def append_requests(conn: psycopg.Connection, run_id: str, records: list[dict]) -> None:
@@ -125,7 +125,8 @@ def append_requests(conn: psycopg.Connection, run_id: str, records: list[dict]) 
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO etl_meta.run_request (run_id, lane, seq, site_id, task, request, gap_class, started_at, "
-            "seconds, gap, wait_reason, outcome, detail) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "seconds, gap, wait_reason, outcome, detail, drawn) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+            "%s, %s) "
             "ON CONFLICT DO NOTHING",
             [(run_id, *(r.get(c) for c in REQUEST_COLUMNS)) for r in records])
     conn.commit()

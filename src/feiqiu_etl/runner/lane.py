@@ -311,6 +311,7 @@ class LaneRunner:
             "seconds": round(record.ended - record.started, 4),
             "gap": None if record.gap is None else round(record.gap, 4), "wait_reason": record.wait_reason,
             "outcome": record.outcome, "detail": record.detail,
+            "drawn": None if record.drawn is None else round(record.drawn, 4),
         })
 
     def _observe(self, store: _StoreState, task: BaseOdsTask) -> None:
