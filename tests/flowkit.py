@@ -90,8 +90,9 @@ def expected_detail_rows(sim: Simulator, spec, site_id: int, window: tuple[str, 
 
 
 SERVER_CLOCK_SLACK = 0.002
-"""The simulator stamps ``ended`` after its write returns; the client may already hold the last byte
-then, so a gap measured at the server can look up to a scheduling delay shorter than the client's."""
+"""The simulator stamps ``ended`` as it hands the body to the kernel (before the write, so a busy machine that
+gives its thread the CPU back late no longer shortens the gap it measures); the slack covers the clock reads
+around the write and the loopback delivery."""
 
 
 def lane_violations(log, min_gap: float) -> list[str]:

@@ -18,7 +18,8 @@ OUTCOMES = ("accepted", "rejected", "fault", "auth", "not_found")
 class RequestLogEntry:
     """One request as the simulator saw it.
 
-    ``started``/``ended`` are ``time.monotonic()`` at arrival and after the response was fully written. ``code`` is
+    ``started``/``ended`` are ``time.monotonic()`` at arrival and when the response's body was handed to the
+    kernel (the earliest the client can hold it; not when this thread got the CPU back after the write). ``code`` is
     the business code (``None`` for non-envelope answers). ``outcome`` is ``"accepted"`` (passed risk control and
     was processed, whatever its code), ``"rejected"`` (42901/42902 by risk control), ``"fault"`` (an injected
     fault, see ``faults``), ``"auth"`` (40101/40103) or ``"not_found"`` (unknown path or non-POST method: HTTP
@@ -47,7 +48,7 @@ class RequestLogEntry:
 class RequestLog:
     """Thread-safe append-only list of entries (cleared on demand).
 
-    A response reaches the client a moment before its entry is appended (the entry needs the time *after* the
+    A response reaches the client a moment before its entry is appended (the entry is appended after the
     write). So the server calls :meth:`writing` before it writes, and :meth:`snapshot` waits (briefly) until no
     response is half-way between "written" and "logged": whoever has read a response finds it in the log.
     """

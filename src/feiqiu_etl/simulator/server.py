@@ -61,25 +61,32 @@ class _Handler(BaseHTTPRequestHandler):
         logged = not path.startswith(ADMIN_PREFIX)  # the simulator's own endpoints are not API traffic
         if logged:
             simulator.log.writing(seq)
+        ended = None
         try:
-            self._write(reply)
+            ended = self._write(reply)
         except OSError:  # the client went away (e.g. it timed out on a stall)
             self.close_connection = True
         finally:
             reply.on_complete()
-            ended = time.monotonic()
+            ended = time.monotonic() if ended is None else ended
             if logged:
                 simulator.log.append(_entry(seq, path, reply, started, ended))
 
-    def _write(self, reply: Reply) -> None:
+    def _write(self, reply: Reply) -> float:
+        """Send ``reply``; returns the instant (monotonic s) its body was handed to the kernel: the earliest the
+        client can hold the whole response. The log's ``ended`` is that instant, not the end of the write: on a
+        busy machine this thread may get the CPU back tens of ms after the client already read the last byte,
+        which made a gap measured here look that much shorter than the client's."""
         self.send_response(reply.http_status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
         for name, value in reply.headers:
             self.send_header(name, value)
         self.end_headers()
+        sent = time.monotonic()
         self.wfile.write(reply.body)
         self.wfile.flush()
+        return sent
 
 
 def _entry(seq: int, path: str, reply: Reply, started: float, ended: float) -> RequestLogEntry:
