@@ -134,7 +134,7 @@ def test_state_accept_deletions_applies_the_held_deletions_at_once_and_is_record
         site, gone = _half_of_the_goods(sim)
         assert run_flow(sim, pg_dsn, tasks=["ODS_GOODS"], window=False, load_dwd=True).status == "PARTIAL"
         bad = cli("state", "accept-deletions", "--store", str(site), "--dsn", pg_dsn)
-        assert bad.returncode == 2 and "needs --store SITE_ID and --task TASK_CODE" in bad.stderr
+        assert bad.returncode == 2 and "needs --site-id SITE_ID and --task TASK_CODE" in bad.stderr
         windowed = cli("state", "accept-deletions", "--store", str(site), "--task", "ODS_PAYMENT", "--dsn", pg_dsn)
         assert windowed.returncode == 2 and "windowed task" in windowed.stderr
         done = cli_json("state", "accept-deletions", "--store", str(site), "--task", "ods_goods", "--dsn", pg_dsn)

@@ -187,8 +187,8 @@ def test_backfill_refetches_the_range_even_where_finished_and_touches_nothing_el
 BAD_RESET = [
     (["--store", "{site}", "--task", "ODS_NOPE", "--yes"], "unknown task 'ODS_NOPE'"),
     (["--store", "77", "--task", "ODS_PAYMENT", "--yes"], "no state recorded for store 77"),
-    (["--store", "x1", "--task", "ODS_PAYMENT", "--yes"], "--store must be a positive integer"),
-    (["--task", "ODS_PAYMENT", "--yes"], "needs --store"),
+    (["--store", "x1", "--task", "ODS_PAYMENT", "--yes"], "--site-id must be a positive integer"),
+    (["--task", "ODS_PAYMENT", "--yes"], "needs --site-id"),
     (["--store", "{site}", "--task", "ODS_PAYMENT", "--from", "2024-03-02", "--to", "2024-03-01", "--yes"],
      "--from 2024-03-02 is after --to 2024-03-01"),
     (["--store", "{site}", "--task", "ODS_PAYMENT", "--from", "2024-02-30", "--yes"], "--from: day 30 is not in 2024-02 (01..29)"),

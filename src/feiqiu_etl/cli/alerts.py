@@ -8,13 +8,14 @@ import sys
 
 import click
 
+from feiqiu_etl.cli.groups import SuggestingGroup
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, setup_logging
 from feiqiu_etl.app.errors import UsageFailure
 from feiqiu_etl.textsafe import escape, terminal_json
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def alerts() -> None:
     """Alerts: check where they go (docs/guides/alerts.md)."""
 

@@ -14,6 +14,7 @@ import click
 
 import importlib
 
+from feiqiu_etl.cli.groups import SuggestingGroup
 from feiqiu_etl.config import ConfigError, read_dotenv
 from feiqiu_etl.errortext import one_line
 from feiqiu_etl.app.errors import AppError, UsageFailure
@@ -39,7 +40,7 @@ COMMANDS: dict[str, str] = {
 """Command name → ``module:attribute`` under :mod:`feiqiu_etl.cli`, imported on first use."""
 
 
-class _Main(click.Group):
+class _Main(SuggestingGroup):
     """The group whose commands' application errors become :class:`CommandFailure` (click's one-line error and
     exit code, also under ``click.testing.CliRunner``), and whose commands load lazily (:data:`COMMANDS`)."""
 

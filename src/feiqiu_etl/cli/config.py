@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import click
 
+from feiqiu_etl.cli.groups import SuggestingGroup
 from feiqiu_etl.cli.options import common_options, setup_logging, to_run_options, with_run_options
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def config() -> None:
     """Inspect the configuration."""
 

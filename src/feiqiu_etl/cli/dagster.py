@@ -28,6 +28,7 @@ from pathlib import Path
 
 import click
 
+from feiqiu_etl.cli.groups import SuggestingGroup
 from feiqiu_etl.cli.numeric import IntRange
 from feiqiu_etl.cli.options import common_options, listen, settings, setup_logging
 from feiqiu_etl.app.database import check_database, database
@@ -72,7 +73,7 @@ def write_instance(home: Path, text: str) -> bool:
     return True
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def dagster() -> None:
     """Dagster on the fleet: try it on one machine (dev), or print a deployment's instance file (instance)."""
 

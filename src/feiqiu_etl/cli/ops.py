@@ -8,6 +8,7 @@ import time
 
 import click
 
+from feiqiu_etl.cli.groups import SuggestingGroup
 from feiqiu_etl.cli.numeric import FloatRange, INT, IntRange
 import psycopg
 
@@ -53,10 +54,11 @@ def _task_code(conn: psycopg.Connection, code: str) -> str:
         raise UsageFailure(str(exc)) from None
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=SuggestingGroup, invoke_without_command=True)
 @click.option("--limit", type=IntRange(1, 10000), default=20, show_default=True)
 @click.option("--status", type=click.Choice([s.value for s in RECORDED], case_sensitive=False), help="only runs with this status")
-@click.option("--store", type=INT, metavar="SITE_ID", help="only runs that included this store (site id)")
+@click.option("--site-id", "--store", "store", type=INT, metavar="SITE_ID",
+              help="only runs that included this store (--store: the same)")
 @dsn_option
 @json_option
 @common_options
@@ -197,7 +199,7 @@ def cancel(run_id, wait_s, dsn, demo, as_json, verbose, log_format) -> None:
         say(f"run {rid}: {final} ({took:.2f} s after the cancel)")
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=SuggestingGroup, invoke_without_command=True)
 @click.option("--task", "task_code", help="only this task (e.g. ODS_SETTLEMENT)")
 @click.option("--site-id", type=INT, metavar="SITE_ID", help="only this store")
 @dsn_option

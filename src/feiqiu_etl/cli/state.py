@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from feiqiu_etl.cli.groups import SuggestingGroup
 from feiqiu_etl.common import exitcodes
 from feiqiu_etl.cli.options import common_options, dsn_option, echo_json, json_option, say, settings, \
     setup_logging, warehouse
@@ -51,11 +52,11 @@ def _spec(connector, code: str):
 def _store(text: str | None, required: bool) -> int | None:
     if text is None:
         if required:
-            raise UsageFailure("state reset needs --store SITE_ID and --task TASK_CODE")
+            raise UsageFailure("state reset needs --site-id SITE_ID and --task TASK_CODE")
         return None
     text = text.strip()
     if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**53:
-        raise UsageFailure(f"--store must be a positive integer below 2^53, got {text!r}")
+        raise UsageFailure(f"--site-id must be a positive integer below 2^53, got {text!r}")
     return int(text)
 
 
@@ -88,13 +89,13 @@ def _known_store(conn, connector, site_id: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------- show
-@click.group()
+@click.group(cls=SuggestingGroup)
 def state() -> None:
     """The bookkeeping runs resume from: show it, or reset part of it so the next run fetches again."""
 
 
 @state.command("show")
-@click.option("--store", "store_text", metavar="SITE_ID", help="only this store")
+@click.option("--site-id", "--store", "store_text", metavar="SITE_ID", help="only this store (--store: the same)")
 @click.option("--task", "task_code", help="only this task (e.g. ODS_PAYMENT)")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)")
 @dsn_option
@@ -159,7 +160,7 @@ def _render(data: dict[str, Any]) -> None:
     for h in data.get("held_deletions") or []:  # issue 25: soft deletions the deletion guard held back
         say(f"deletions held back for store {h['site_id']} {h['task']}: {h['keys']} of {h['live_rows']} live row(s)"
             f"{' (an empty snapshot)' if h['empty'] else ''} since run {h['run_id']}; applied when a later complete "
-            f"snapshot misses them again, or by `feiqiu-etl state accept-deletions --store {h['site_id']} "
+            f"snapshot misses them again, or by `feiqiu-etl state accept-deletions --site-id {h['site_id']} "
             f"--task {h['task']}`")
     if not data["tasks"] and not data["dwd"]:
         console.print("no state recorded yet (a run records it)")
@@ -224,7 +225,7 @@ def _render_watermarks(console: Console, dwd: list[dict[str, Any]]) -> None:
 
 # --------------------------------------------------------------------------------------------------- reset
 @state.command("reset")
-@click.option("--store", "store_text", metavar="SITE_ID", help="the store (required)")
+@click.option("--site-id", "--store", "store_text", metavar="SITE_ID", help="the store (required; --store: the same)")
 @click.option("--task", "task_code", help="the task (required), e.g. ODS_PAYMENT")
 @click.option("--from", "first", metavar="DATE", help="first day to forget, YYYY-MM-DD (Asia/Shanghai; default: all)")
 @click.option("--to", "last", metavar="DATE", help="last day to forget, included (default: all)")
@@ -244,7 +245,7 @@ def reset(store_text, task_code, first, last, dwd, yes, connector_path, dsn, dem
     setup_logging(verbose, log_format)
     site_id = _store(store_text, required=True)
     if task_code is None:
-        raise UsageFailure("state reset needs --store SITE_ID and --task TASK_CODE")
+        raise UsageFailure("state reset needs --site-id SITE_ID and --task TASK_CODE")
     connector = _connector(connector_path)
     spec = _spec(connector, task_code)
     try:
@@ -320,7 +321,7 @@ def _done(scope: bookkeeping.ResetScope, outcome: bookkeeping.ResetOutcome) -> s
 
 # --------------------------------------------------------------------------------------------------- accept
 @state.command("accept-deletions")
-@click.option("--store", "store_text", metavar="SITE_ID", help="the store (required)")
+@click.option("--site-id", "--store", "store_text", metavar="SITE_ID", help="the store (required; --store: the same)")
 @click.option("--task", "task_code", help="the snapshot task (required), e.g. ODS_GOODS")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False), help="connector YAML (default: Feiqiu)")
 @dsn_option
@@ -337,7 +338,7 @@ def accept_deletions(store_text, task_code, connector_path, dsn, demo, as_json, 
     setup_logging(verbose, log_format)
     site_id = _store(store_text, required=True)
     if task_code is None:
-        raise UsageFailure("state accept-deletions needs --store SITE_ID and --task TASK_CODE")
+        raise UsageFailure("state accept-deletions needs --site-id SITE_ID and --task TASK_CODE")
     connector = _connector(connector_path)
     spec = _spec(connector, task_code)
     if spec.is_snapshot is False:

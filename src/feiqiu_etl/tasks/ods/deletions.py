@@ -13,7 +13,7 @@ does, :func:`guard_snapshot` compares what it would delete with the store's live
   that lost everything. Only a snapshot that holds rows confirms, or the operator (below).
 
 A held-back key that a later complete snapshot shows again is no longer held (``withdrawn``). The operator
-applies the held-back deletions of a store's task at once with ``feiqiu-etl state accept-deletions --store ID
+applies the held-back deletions of a store's task at once with ``feiqiu-etl state accept-deletions --site-id ID
 --task CODE`` (:func:`accept`), recorded with the OS user and host like ``state reset``. DWD follows ODS: a held
 row stays live, so no SCD2 version closes; a deletion applied later is stamped ``deleted_at`` then, so the next
 DWD load sees it (its watermark reads ``deleted_at``) and closes those versions.
@@ -77,7 +77,7 @@ class GuardOutcome:
                f"more than {rules.max_share:.0%} and more than {rules.max_rows} rows")
         return (f"deletions held back: {task} at store {site_id} would soft-delete {self.held} of {self.live} live "
                 f"rows ({self.share:.1%}; {why}); nothing deleted until a later complete snapshot misses them again "
-                f"or `feiqiu-etl state accept-deletions --store {site_id} --task {task}`")
+                f"or `feiqiu-etl state accept-deletions --site-id {site_id} --task {task}`")
 
     def to_dict(self) -> dict[str, Any]:
         return {"live": self.live, "deleted": self.deleted, "confirmed": self.confirmed, "held": self.held,
