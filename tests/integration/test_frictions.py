@@ -6,6 +6,7 @@ concept; one zone per column in ``state show``."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 
@@ -143,3 +144,16 @@ def test_state_show_has_one_zone_per_column(pg_dsn):
     payment = next(line for line in out.splitlines() if "ODS_PAYMENT" in line)
     assert "2026-03-04 12:00" in goods and "+" not in goods  # in the display zone its header names
     assert "2026-03-01" in payment and "+" not in payment  # a window time, the title's zone
+
+
+def test_plan_of_a_fleet_lists_every_store_of_a_lane_named_or_not(tmp_path, pg_dsn):
+    # fresh-user trial: the "stores:" line of a lane listed the named stores only, so an unnamed one was missing
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"lanes:\n  - name: north\n    token_env: FQ_A\n    stores:\n"
+                     f"      - {{site_id: {SITE}, name: north-1}}\n      - {{site_id: {SITE + 1}}}\n", encoding="utf-8")
+    env = {**os.environ, "FQ_A": "tok_abcdefgh1234", "COLUMNS": "200"}
+    proc = cli("plan", "--fleet", str(fleet), "--api-base", "http://127.0.0.1:9", "--dsn", pg_dsn, env=env,
+               timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x.strip() for x in proc.stdout.splitlines() if x.strip().startswith("stores:")]
+    assert line == f"stores: …{str(SITE)[-4:]} north-1, …{str(SITE + 1)[-4:]} (no name)", proc.stdout

@@ -27,8 +27,9 @@ def render_plan(plan: dict, console: Console | None = None) -> None:
         sites = short_sites({task["site_id"] for task in lane["tasks"]})
         names = {st.get("site_id"): st.get("name") for st in lane["stores"] if isinstance(st, dict)}
         if any(names.values()):
-            console.print("  stores: " + ", ".join(f"{sites.get(k, k)} {v}" for k, v in names.items() if v),
-                          overflow="fold")
+            # every store of the lane, named or not (a fresh-user trial missed the unnamed one here)
+            console.print("  stores: " + ", ".join(f"{sites.get(k, k)} {v}" if v else f"{sites.get(k, k)} (no name)"
+                                                   for k, v in names.items()), overflow="fold")
         t = compact_table()
         for col in ("store", "task", "kind", "windows", "gap s", "req", "basis"):
             t.add_column(col, no_wrap=col != "windows", overflow="fold")
