@@ -118,6 +118,11 @@ def test_good_token_reports_every_store_and_task_paced_without_a_42901(sim, pg_d
                                   (site,)).fetchall())
     assert sizes == {code: t["total"] for code, t in tasks.items()}
     assert data["sizes_recorded"] == n
+    # one progress line per endpoint as it is answered (minutes at the real gaps are not minutes of silence)
+    lines = [x for x in err.splitlines() if x.startswith("check [")]
+    assert [x.split("]")[0] for x in lines] == [f"check [{i}/{n}" for i in range(1, n + 1)], err
+    member_line = next(x for x in lines if ", ODS_MEMBER: " in x)
+    assert f"store {site}, ODS_MEMBER: ok, total {member['total']}, " in member_line and member_line.endswith(" ms")
 
 
 def test_wrong_token_is_one_line_exit_10_after_one_request(sim, pg_dsn, connector_file):
@@ -143,6 +148,9 @@ def test_store_not_granted_is_exit_11_and_names_the_store(sim, pg_dsn, connector
     assert granted == {site: True, OTHER_SITE: False}
     n = len(CONNECTOR.tasks)
     assert len(sim.request_log()) == n + 1  # the refused store stops at its first 40103
+    lines = [x for x in err.splitlines() if x.startswith("check [")]
+    assert len(lines) == 2 * n and lines[-1].startswith(f"check [{2 * n}/{2 * n}]"), err  # the unsent ones too
+    assert sum(f"store {OTHER_SITE}," in x and "not granted (40103)" in x for x in lines) == n - 1
     assert took < 60
 
 

@@ -265,10 +265,11 @@ def _envelope(payload: Any, spec: OdsTaskSpec) -> tuple[int | None, list, list[s
 class _LaneCheckRunner:
     """One lane of a check (see the module docstring)."""
 
-    def __init__(self, inputs, lane, cancellation: CancellationToken, client_factory: Callable[..., APIClient]):
+    def __init__(self, inputs, lane, cancellation: CancellationToken, client_factory: Callable[..., APIClient],
+                 progress: Callable[[str, int, TaskCheck], None] | None = None):
         from feiqiu_etl.textsafe import redact_url
 
-        self.inputs, self.lane, self.cancellation = inputs, lane, cancellation
+        self.inputs, self.lane, self.cancellation, self.progress = inputs, lane, cancellation, progress
         key = f"{inputs.connector.name}:{lane.token.fingerprint()}"
         self.result = LaneCheck(lane.name, key, lane.token_source, redact_url(lane.api_base),
                                 stores=[StoreCheck(s.site_id, s.name) for s in lane.stores])
@@ -294,22 +295,26 @@ class _LaneCheckRunner:
                 for spec in self.lane.specs:
                     task = TaskCheck(spec.code, spec.endpoint, spec.gap_class)
                     store.tasks.append(task)
-                    if self.result.reason and (self.result.authenticated is False or self.result.reachable is False):
-                        task.error = self.result.reason
-                        continue
-                    if store.granted is False:
-                        task.error = "store not granted (40103)"
-                        continue
-                    if self.cancellation.is_cancelled:
-                        task.error = f"cancelled ({self.cancellation.reason})"
-                        continue
-                    self._one(store, spec, task)
+                    self._task(store, spec, task)
+                    if self.progress is not None:
+                        self.progress(self.lane.name, store.site_id, task)
         finally:
             self.client.close()
             s = self.scheduler.statistics()
             self.result.requests_sent, self.result.throttled = s.requests_sent, s.throttled
             self.result.seconds = time.monotonic() - t0
         return self.result
+
+    def _task(self, store: StoreCheck, spec: OdsTaskSpec, task: TaskCheck) -> None:
+        """Check one endpoint of one store, or say why it is not sent (the lane or the store stopped before it)."""
+        if self.result.reason and (self.result.authenticated is False or self.result.reachable is False):
+            task.error = self.result.reason
+        elif store.granted is False:
+            task.error = "store not granted (40103)"
+        elif self.cancellation.is_cancelled:
+            task.error = f"cancelled ({self.cancellation.reason})"
+        else:
+            self._one(store, spec, task)
 
     def _one(self, store: StoreCheck, spec: OdsTaskSpec, task: TaskCheck) -> None:
         api = self.inputs.connector.api
@@ -382,10 +387,13 @@ def _rules(connector) -> EnvelopeRules:
 
 def run_check(inputs, dsn: str, *, connect, cancellation: CancellationToken | None = None,
               wait_for_lane: float | None = None, client_factory: Callable[..., APIClient] = APIClient,
-              announce: Callable[[int, float, float], None] | None = None) -> CheckResult:
+              announce: Callable[[int, float, float], None] | None = None,
+              progress: Callable[[str, int, TaskCheck], None] | None = None) -> CheckResult:
     """Check every lane of ``inputs`` (at once, each strictly serial) against the upstream, record the measured
     sizes in the warehouse at ``dsn`` and return the :class:`CheckResult`. ``announce(requests, seconds,
-    bound)`` is told the plan before the first request. A lane another process holds is not touched (``busy``)."""
+    bound)`` is told the plan before the first request; ``progress(lane name, site id, task)`` each endpoint as it
+    is answered (from the lane's thread: lanes run at once). A lane another process holds is not touched
+    (``busy``)."""
     from feiqiu_etl.registry.lane_guard import LaneBusy, LaneGuard
     from feiqiu_etl.registry.sizes import record_sizes
 
@@ -398,7 +406,7 @@ def run_check(inputs, dsn: str, *, connect, cancellation: CancellationToken | No
     cancellation.cancel_after(bound, f"not done within its bound of {bound:.0f} s")
     guard = LaneGuard(dsn, f"check-{uuid.uuid4().hex[:12]}", connect=connect)
     try:
-        runners = [_LaneCheckRunner(inputs, lane, cancellation, client_factory) for lane in inputs.lanes]
+        runners = [_LaneCheckRunner(inputs, lane, cancellation, client_factory, progress) for lane in inputs.lanes]
         outcome = guard.acquire_all([(r.lane.name, r.result.key) for r in runners], wait=wait_for_lane,
                                     cancel_event=cancellation.event)
         active = []
