@@ -70,7 +70,7 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
         except StatementTimeout as exc:
             raise UsageFailure(str(exc)) from None
         except psycopg.Error as exc:
-            raise UsageFailure(scrub(one_line(exc, None, with_type=False), real_dsn)) from None
+            raise UsageFailure(scrub(sql_error_text(exc, query), real_dsn)) from None
     columns, rows = result.columns, result.rows
     if as_json:
         click.echo(terminal_json([dict(zip(columns, r)) for r in rows]))
@@ -78,6 +78,29 @@ def sql(ctx, query, dsn, demo, as_json, timeout) -> None:
     from feiqiu_etl.cli.views.tables import render_rows
 
     render_rows(columns, [tuple(_sql_text(v) for v in r) for r in rows])
+
+
+def sql_error_text(exc: Exception, query: str) -> str:
+    """One line for a statement the server refused: its message, where in the statement (a ``>>>`` before the
+    character the server names, as psql's caret line does, on one line) and its hint; a second statement is
+    explained (sent as a prepared statement, the text may hold only one). Upstream text goes through
+    :func:`one_line`; the caller escapes it for the terminal."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) or one_line(exc, None, with_type=False)
+    if "cannot insert multiple commands into a prepared statement" in primary:
+        return ("one statement per call: this text holds more than one (it is sent as one prepared statement, so "
+                "a second one can never run outside the read-only transaction); run them one by one (the server "
+                "said: multiple commands in a prepared statement)")
+    text = primary
+    position = getattr(diag, "statement_position", None)
+    if position and str(position).isdigit() and 0 < int(position) <= len(query) + 1:
+        at = int(position) - 1
+        before, after = query[max(0, at - 30):at], query[at:at + 30]
+        text += f" (at character {position}: {'…' if at > 30 else ''}{before}>>>{after}{'…' if len(query) > at + 30 else ''})"
+    hint = getattr(diag, "message_hint", None)
+    if hint:
+        text += f"; hint: {hint}"
+    return " ".join(text.split())
 
 
 def _sql_text(value: Any) -> Any:
