@@ -14,6 +14,7 @@ class, the status table, the exit-code constants).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import inspect
 import re
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         found = stale()
         for path in found:
             print(f"stale: docs/{path} (run: python docs/gen.py)", file=sys.stderr)
+            old = (DOCS / path).read_text(encoding="utf-8").splitlines() if (DOCS / path).exists() else []
+            diff = difflib.unified_diff(old, PAGES[path]().splitlines(), f"docs/{path}", "generated", lineterm="")
+            print("\n".join(list(diff)[:40]), file=sys.stderr)
         return 1 if found else 0
     for path, render in PAGES.items():
         (DOCS / path).parent.mkdir(parents=True, exist_ok=True)
