@@ -47,7 +47,7 @@ def schedule_for(fleet_path: str | None, connector, site_ids: list[int] | None =
               help="judge only the stores of this fleet file and the tasks each lane runs (its tasks:)")
 @click.option("--site-id", "site_ids", multiple=True, metavar="SITE_ID",
               help="judge only these stores (repeat or comma-separate), every task of the connector")
-@click.option("--hours", "--stale-hours", "hours", type=FloatRange(0.01, 8760), default=None,
+@click.option("--hours", type=FloatRange(0.01, 8760), default=None,
               help=f"stale when older than this (default: the alerts file's rules.stale_hours, else "
                    f"{DEFAULT_STALE_HOURS:g})")
 @click.option("--fail-stale", is_flag=True, help=f"exit {exitcodes.STALE} when something is stale")

@@ -32,7 +32,7 @@ MIN_TOKEN_LENGTH = 16  # web.security.MIN_TOKEN_CHARACTERS (not imported here: i
               help="require this token (Authorization: Bearer, or the login form) on every request "
                    f"(env FEIQIU_WEB_TOKEN, preferred: a command line is visible to other users); at least "
                    f"{MIN_TOKEN_LENGTH} characters that are not whitespace, not all the same")
-@click.option("--stale-hours", "--hours", "stale_hours", type=FloatRange(0.01, 8760), default=26.0, show_default=True,
+@click.option("--stale-hours", type=FloatRange(0.01, 8760), default=26.0, show_default=True,
               help="Freshness page: red when the last complete window or snapshot is older than this")
 @click.option("--connector", "connector_path", type=click.Path(dir_okay=False),
               help="connector YAML whose tasks the Freshness page lists (default: the bundled Feiqiu connector)")
