@@ -4,6 +4,7 @@ endpoint, the fields against the connector — bounded in time and requests (:mo
 from __future__ import annotations
 
 import sys
+import threading
 
 import click
 
@@ -79,8 +80,6 @@ def _progress_printer(planned: int):
     """A ``progress`` callback for :func:`~feiqiu_etl.runner.check.run_check`: one stderr line per endpoint as it
     is answered (``check [3/21] lane north, store 8640015201004417, ODS_MEMBER: ok, total 2000, 412 ms``), so
     minutes at the real gaps are not minutes of silence (fresh-user trial). Lanes call it from their threads."""
-    import threading
-
     lock, done = threading.Lock(), [0]
 
     def progress(lane: str, site_id: int, task) -> None:
